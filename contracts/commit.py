@@ -1,0 +1,77 @@
+"""Commits: the atomic write sets that make up a session's log."""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field
+
+from contracts.document import DocumentWrite
+from contracts.entry import Entry
+from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+from contracts.outbox import OutboxMessage
+from contracts.submission import Submission
+from contracts.task import Task
+
+COMMIT_RECORD_VERSION: Final = 1
+
+
+class Commit(Frozen):
+    """One atomic write set. Either every write in it becomes visible, or none does.
+
+    ``tasks`` and ``submissions`` carry whole records: ``rev`` 1 creates, ``rev`` n+1
+    replaces revision n. ``applied_operations`` marks operation results as entered into
+    the session; an operation can be applied once only.
+    """
+
+    entries: tuple[Entry, ...] = ()
+    documents: tuple[DocumentWrite, ...] = ()
+    tasks: tuple[Task, ...] = ()
+    submissions: tuple[Submission, ...] = ()
+    outbox: tuple[OutboxMessage, ...] = ()
+    outbox_done: tuple[Identifier, ...] = ()
+    applied_operations: tuple[Identifier, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not (
+            self.entries
+            or self.documents
+            or self.tasks
+            or self.submissions
+            or self.outbox
+            or self.outbox_done
+            or self.applied_operations
+        )
+
+
+class CommitRecord(Frozen):
+    """A commit as stored at ``seq``.
+
+    ``fence`` is the session's fence high-water mark after this commit: fences never
+    decrease along the log. ``writer_fence`` is the fence the writer presented (None for
+    unfenced ingress writers such as the Session API). ``claim`` marks a commit whose only
+    purpose is to raise the fence for a new lease holder. ``commit_id`` lets a writer whose
+    request outcome was unknown recognise its own record.
+    """
+
+    v: Literal[1] = COMMIT_RECORD_VERSION
+    type: Literal["commit"] = "commit"
+    session_id: Identifier
+    seq: int = Field(ge=1)
+    commit_id: str
+    fence: int = Field(ge=0)
+    writer_fence: int | None = None
+    claim: bool = False
+    writer: str = ""
+    committed_at: AwareDatetime = Field(default_factory=utcnow)
+    commit: Commit = Commit()
+
+
+class CommitReceipt(Frozen):
+    """What a writer gets back once the store has confirmed its commit."""
+
+    session_id: Identifier
+    seq: int
+    fence: int
+    committed_at: AwareDatetime

@@ -1,0 +1,45 @@
+"""Documents: typed, versioned structured state changed only inside commits."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue
+
+from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+
+
+class Document(Frozen):
+    """Current value of a named document; ``version`` counts its changes from 1."""
+
+    name: Identifier
+    kind: str = "json"
+    version: int = Field(ge=1)
+    body: dict[str, Any]
+    updated_at: AwareDatetime = Field(default_factory=utcnow)
+
+
+class DocumentPut(Frozen):
+    """Create or replace a document.
+
+    ``expected_version`` guards against lost updates: 0 means "must not exist yet",
+    ``None`` means "whatever is there".
+    """
+
+    op: Literal["put"] = "put"
+    name: Identifier
+    kind: str = "json"
+    body: dict[str, Any]
+    expected_version: int | None = None
+
+
+class DocumentPatch(Frozen):
+    """Change part of an existing document with an RFC 7396 JSON merge patch."""
+
+    op: Literal["patch"] = "patch"
+    name: Identifier
+    patch: dict[str, JsonValue]
+    expected_version: int | None = None
+
+
+DocumentWrite = DocumentPut | DocumentPatch

@@ -1,0 +1,154 @@
+"""The one error tree of brainhands.
+
+Every error that crosses a process boundary carries a stable ``code``; clients match on
+codes, never on messages. ``retryable`` says whether the same call may succeed later
+without the caller changing anything but its view of the world (reload, back off).
+
+::
+
+    BrainhandsError                      code
+    ├── InvalidInput                     invalid_input        terminal
+    │   ├── PayloadTooLarge              payload_too_large    terminal
+    │   ├── InvalidStoreUrl              invalid_store_url    terminal
+    │   ├── InvalidTransition            invalid_transition   terminal
+    │   └── ReadOnlyStore                read_only            terminal
+    ├── NotFound                         not_found            terminal
+    │   └── StoreMissing                 store_missing        terminal (bucket/table absent)
+    ├── RecordError                      record_error         terminal
+    │   ├── UnknownRecordVersion         unknown_record_version
+    │   └── CorruptRecord                corrupt_record
+    ├── ConflictError                    conflict             retryable after reload
+    │   ├── AlreadyApplied               already_applied      terminal for that write
+    │   └── AlreadyExists                already_exists       terminal for that write
+    ├── FencedError                      fenced               terminal for that lease
+    ├── LeaseLost                        lease_lost           terminal for that lease
+    ├── StoreUnavailable                 store_unavailable    retryable
+    ├── SandboxTimeout                   sandbox_timeout      terminal for that run
+    └── ToolFailed                       tool_failed          terminal for that run
+
+Third-party exceptions (sqlite3, botocore, redis, nats, docker) are translated into this
+tree inside the backend module that calls the library, never further out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorInfo(BaseModel):
+    """An error as it travels on the wire or sits in a record."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    message: str
+    details: dict[str, Any] = {}
+
+
+class BrainhandsError(Exception):
+    """Root of the tree; ``code`` is stable, ``details`` is JSON-serialisable context."""
+
+    code: ClassVar[str] = "error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(code=self.code, message=self.message, details=self.details)
+
+    @classmethod
+    def from_info(cls, info: ErrorInfo) -> BrainhandsError:
+        """Rebuild the most specific known error for a wire ``code``."""
+        error_class = _BY_CODE.get(info.code, BrainhandsError)
+        return error_class(info.message, **info.details)
+
+
+class InvalidInput(BrainhandsError):
+    code = "invalid_input"
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "payload_too_large"
+
+
+class InvalidStoreUrl(InvalidInput):
+    code = "invalid_store_url"
+
+
+class InvalidTransition(InvalidInput):
+    code = "invalid_transition"
+
+
+class ReadOnlyStore(InvalidInput):
+    code = "read_only"
+
+
+class NotFound(BrainhandsError):
+    code = "not_found"
+
+
+class StoreMissing(NotFound):
+    code = "store_missing"
+
+
+class RecordError(BrainhandsError):
+    code = "record_error"
+
+
+class UnknownRecordVersion(RecordError):
+    code = "unknown_record_version"
+
+
+class CorruptRecord(RecordError):
+    code = "corrupt_record"
+
+
+class ConflictError(BrainhandsError):
+    code = "conflict"
+    retryable = True
+
+
+class AlreadyApplied(ConflictError):
+    code = "already_applied"
+    retryable = False
+
+
+class AlreadyExists(ConflictError):
+    code = "already_exists"
+    retryable = False
+
+
+class FencedError(BrainhandsError):
+    code = "fenced"
+
+
+class LeaseLost(BrainhandsError):
+    code = "lease_lost"
+
+
+class StoreUnavailable(BrainhandsError):
+    code = "store_unavailable"
+    retryable = True
+
+
+class SandboxTimeout(BrainhandsError):
+    code = "sandbox_timeout"
+
+
+class ToolFailed(BrainhandsError):
+    code = "tool_failed"
+
+
+def _subclasses(root: type[BrainhandsError]) -> list[type[BrainhandsError]]:
+    found = [root]
+    for child in root.__subclasses__():
+        found.extend(_subclasses(child))
+    return found
+
+
+_BY_CODE: dict[str, type[BrainhandsError]] = {c.code: c for c in _subclasses(BrainhandsError)}

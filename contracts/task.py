@@ -1,0 +1,97 @@
+"""Tasks: durable state machines driven by the Brain, one commit per phase outcome."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, JsonValue, model_validator
+
+from contracts.errors import ErrorInfo
+from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+
+
+class TaskStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SLEEPING = "sleeping"
+    COMPLETING = "completing"
+    TERMINAL = "terminal"
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JoinPolicy(StrEnum):
+    ALL_SETTLED = "allSettled"
+    FAIL_FAST = "failFast"
+
+
+class WaitCondition(Frozen):
+    """What a waiting task waits on, how the waits combine, and where it goes next."""
+
+    tasks: tuple[Identifier, ...] = ()
+    operations: tuple[Identifier, ...] = ()
+    join: JoinPolicy = JoinPolicy.ALL_SETTLED
+    next_phase: str
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> WaitCondition:
+        if not self.tasks and not self.operations:
+            raise ValueError("a wait condition must name at least one task or operation")
+        return self
+
+
+class SleepCondition(Frozen):
+    """A sleeping task wakes at ``until`` (UTC) and enters ``next_phase``."""
+
+    until: AwareDatetime
+    next_phase: str
+
+
+class Task(Frozen):
+    """A durable state machine.
+
+    ``rev`` counts this record's revisions (1 on creation, +1 on every update in a
+    commit); ``version`` is the version of the handler code for ``kind``.
+    ``attempts`` counts starts of the current ``phase``; the kernel resets it when the
+    phase changes.
+    """
+
+    id: Identifier
+    kind: str
+    version: int = Field(default=1, ge=1)
+    input: JsonValue = None
+    parent_id: Identifier | None = None
+    owner_id: Identifier | None = None
+    status: TaskStatus = TaskStatus.PENDING
+    phase: str = "start"
+    rev: int = Field(default=1, ge=1)
+    attempts: int = Field(default=0, ge=0)
+    retry_at: AwareDatetime | None = None
+    wait: WaitCondition | None = None
+    sleep: SleepCondition | None = None
+    cancel_requested: bool = False
+    outcome: Outcome | None = None
+    result: JsonValue = None
+    error: ErrorInfo | None = None
+    reason: str | None = None
+    created_at: AwareDatetime = Field(default_factory=utcnow)
+    updated_at: AwareDatetime = Field(default_factory=utcnow)
+
+    @model_validator(mode="after")
+    def _status_fields(self) -> Task:
+        if (self.status is TaskStatus.WAITING) != (self.wait is not None):
+            raise ValueError("a task has a wait condition exactly when it is waiting")
+        if (self.status is TaskStatus.SLEEPING) != (self.sleep is not None):
+            raise ValueError("a task has a sleep condition exactly when it is sleeping")
+        if (self.status is TaskStatus.TERMINAL) != (self.outcome is not None):
+            raise ValueError("a task has an outcome exactly when it is terminal")
+        return self
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status is TaskStatus.TERMINAL

@@ -1,0 +1,82 @@
+"""What the S3 and DynamoDB backends share: client setup and error translation."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import Any, Literal, NoReturn
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+)
+
+from contracts import ReadOnlyStore, StoreMissing, StoreUnavailable
+
+_MISSING = frozenset({"NoSuchBucket", "ResourceNotFoundException"})
+_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnrecognizedClientException"})
+
+
+async def open_client(
+    service: Literal["s3", "dynamodb"],
+    stack: AsyncExitStack,
+    *,
+    endpoint_url: str | None,
+    region: str | None,
+) -> Any:
+    """An aiobotocore client living as long as ``stack``.
+
+    Retries are left to botocore's standard mode (with jitter); the store makes a retried
+    create safe by recognising its own record when the create reports "exists".
+    """
+    config = AioConfig(
+        retries={"max_attempts": 4, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+        max_pool_connections=64,
+        s3={"addressing_style": "path"} if service == "s3" else None,
+    )
+    session = get_session()
+    options: dict[str, Any] = {
+        "endpoint_url": endpoint_url,
+        "region_name": region or "us-east-1",
+        "config": config,
+    }
+    creator = (
+        session.create_client("s3", **options)
+        if service == "s3"
+        else session.create_client("dynamodb", **options)
+    )
+    return await stack.enter_async_context(creator)
+
+
+def error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def translate(error: Exception, where: str) -> NoReturn:
+    """Re-raise a botocore error as the project's error; ``where`` names the store."""
+    if isinstance(error, ClientError):
+        code = error_code(error)
+        if code in _MISSING:
+            raise StoreMissing(
+                f"{where} does not exist; create it first (`bh store init URL`)",
+                aws_code=code,
+            ) from None
+        if code in _DENIED:
+            raise ReadOnlyStore(f"{where} refused the request ({code})", aws_code=code) from None
+        raise StoreUnavailable(
+            f"{where} failed: {code or 'unknown error'}", aws_code=code
+        ) from None
+    if isinstance(error, NoCredentialsError):
+        raise StoreUnavailable(
+            f"{where}: no AWS credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ) from None
+    if isinstance(error, EndpointConnectionError):
+        raise StoreUnavailable(f"{where}: cannot connect to the endpoint") from None
+    if isinstance(error, BotoCoreError | OSError | TimeoutError):
+        raise StoreUnavailable(f"{where}: {type(error).__name__}: {error}") from None
+    raise error

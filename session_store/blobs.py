@@ -1,0 +1,60 @@
+"""Content-addressed, immutable blobs, chunked to fit the backend's item size."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+
+from contracts import BlobRef, CorruptRecord, NotFound, PayloadTooLarge, ReadOnlyStore
+from session_store import layout
+from session_store.backend import Backend, ItemExists
+
+
+class BlobStore:
+    """Put bytes, get a ``BlobRef``; the same bytes always give the same reference."""
+
+    def __init__(self, backend: Backend, *, max_blob_bytes: int, read_only: bool) -> None:
+        self._backend = backend
+        self._max_blob_bytes = max_blob_bytes
+        self._read_only = read_only
+
+    async def put(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
+        if self._read_only:
+            raise ReadOnlyStore("this store was opened read-only; blobs cannot be written")
+        if len(data) > self._max_blob_bytes:
+            raise PayloadTooLarge(
+                f"blob is {len(data):,} bytes; the limit is {self._max_blob_bytes:,} bytes "
+                "(max_blob_bytes)",
+                size=len(data),
+                limit=self._max_blob_bytes,
+            )
+        ref = BlobRef(
+            digest=hashlib.sha256(data).hexdigest(), size=len(data), media_type=media_type
+        )
+        step = self._backend.max_item_bytes
+        chunks = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
+        await asyncio.gather(
+            *(self._create_chunk(ref.digest, n, chunk) for n, chunk in enumerate(chunks))
+        )
+        return ref
+
+    async def get(self, ref: BlobRef) -> bytes:
+        items = await self._backend.items(layout.blob_partition(ref.digest))
+        if not items:
+            raise NotFound(f"blob {ref.digest} is not in the store", digest=ref.digest)
+        data = b"".join(value for _, value in items)
+        if len(data) != ref.size or hashlib.sha256(data).hexdigest() != ref.digest:
+            raise CorruptRecord(
+                f"blob {ref.digest} is incomplete or damaged ({len(data):,} of "
+                f"{ref.size:,} bytes, digest mismatch)",
+                digest=ref.digest,
+            )
+        return data
+
+    async def _create_chunk(self, digest: str, index: int, chunk: bytes) -> None:
+        # Same address, same bytes: an earlier or concurrent put may have written it.
+        with contextlib.suppress(ItemExists):
+            await self._backend.create(
+                layout.blob_partition(digest), layout.chunk_item(index), chunk
+            )

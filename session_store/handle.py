@@ -1,0 +1,139 @@
+"""A session opened for reading and committing: its current state and the log behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from contracts import Commit, CommitReceipt, Entry, EntrySegment, FencedError
+from session_store.baselines import Baselines
+from session_store.log import CommitLog
+from session_store.state import SessionState
+
+log = logging.getLogger(__name__)
+
+
+class SessionHandle:
+    """The state of one session as of ``seq``, and the right to append to it.
+
+    ``commit`` uses ``seq`` as the expected seq: it raises ``ConflictError`` when another
+    writer committed first (call ``refresh`` and decide again) and ``FencedError`` when a
+    newer lease holder has claimed the session. The state changes only after the store
+    confirmed a write (persist, then adopt). Treat ``state`` as read-only.
+    """
+
+    def __init__(
+        self,
+        state: SessionState,
+        *,
+        log: CommitLog,
+        baselines: Baselines,
+        baseline_every: int,
+        spawn: Callable[[asyncio.Task[None]], None],
+    ) -> None:
+        self._state = state
+        self._log = log
+        self._baselines = baselines
+        self._baseline_every = baseline_every
+        self._spawn = spawn
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def session_id(self) -> str:
+        return self._state.session_id
+
+    @property
+    def seq(self) -> int:
+        return self._state.seq
+
+    @property
+    def fence(self) -> int:
+        return self._state.fence
+
+    async def commit(self, commit: Commit, *, fence: int | None) -> CommitReceipt:
+        """Append ``commit`` atomically at ``seq + 1``.
+
+        ``fence`` is the caller's lease fence; ``None`` marks an unfenced ingress writer
+        (e.g. the Session API accepting a submission), which can neither raise nor be
+        stopped by fences but still needs the expected seq.
+        """
+        receipt = await self._log.append(self._state, commit, fence=fence)
+        if receipt.seq % self._baseline_every == 0:
+            self.schedule_baseline()
+        return receipt
+
+    async def claim(self, fence: int) -> CommitReceipt:
+        """Raise the session's fence to ``fence``: from now on lower fences commit nothing."""
+        if fence == self._state.fence and self._state.seq > 0:
+            return self._head_receipt()
+        if fence < self._state.fence:
+            raise FencedError(
+                f"cannot claim session {self.session_id} with fence {fence}: fence "
+                f"{self._state.fence} is already claimed",
+                session_id=self.session_id,
+                fence=fence,
+                current=self._state.fence,
+            )
+        return await self._log.append(self._state, Commit(), fence=fence, claim=True)
+
+    async def refresh(self) -> int:
+        """Catch up with commits written by others; returns how many were applied."""
+        return await self._log.catch_up(self._state)
+
+    async def entries(self, start: int = 0, stop: int | None = None) -> list[Entry]:
+        """Entries ``start`` .. ``stop - 1`` of the whole history, reading archives as needed."""
+        stop = self._state.entry_count if stop is None else min(stop, self._state.entry_count)
+        found: list[Entry] = []
+        for segment in list(self._state.entry_segments):
+            end = segment.first + segment.count
+            if end > start and segment.first < stop:
+                archived = await self._baselines.segment(segment)
+                found.extend(archived[max(0, start - segment.first) : stop - segment.first])
+        tail_first = self._state.entry_count - len(self._state.entries_tail)
+        lo, hi = max(start, tail_first) - tail_first, stop - tail_first
+        if hi > lo:
+            found.extend(self._state.entries_tail[lo:hi])
+        return found
+
+    async def write_baseline(self) -> int:
+        """Write a baseline of the current state now; returns its seq."""
+        snapshot = self._state.snapshot()
+        segments_before = list(self._state.entry_segments)
+        segment = await self._baselines.write(snapshot)
+        if segment is not None:
+            self._forget_archived(segments_before, segment)
+        return snapshot.seq
+
+    def schedule_baseline(self) -> None:
+        """Write a baseline in the background; losing it costs only load time."""
+        if self._state.seq > 0:
+            self._spawn(asyncio.ensure_future(self._background_baseline()))
+
+    async def _background_baseline(self) -> None:
+        try:
+            await self.write_baseline()
+        except Exception:  # a baseline is an optimisation: log and carry on
+            log.warning("baseline of session %s failed", self.session_id, exc_info=True)
+
+    def _forget_archived(self, before: Sequence[EntrySegment], segment: EntrySegment) -> None:
+        # Drop archived entries from memory, unless the state moved under us in a way
+        # that makes the bookkeeping ambiguous (then keeping them is merely wasteful).
+        state = self._state
+        tail_first = state.entry_count - len(state.entries_tail)
+        if list(state.entry_segments) != list(before) or segment.first != tail_first:
+            return
+        state.entry_segments.append(segment)
+        state.entries_tail = state.entries_tail[segment.count :]
+
+    def _head_receipt(self) -> CommitReceipt:
+        assert self._state.updated_at is not None
+        return CommitReceipt(
+            session_id=self.session_id,
+            seq=self._state.seq,
+            fence=self._state.fence,
+            committed_at=self._state.updated_at,
+        )

@@ -1,0 +1,74 @@
+"""Where each kind of record lives: the key layout shared by all backends.
+
+======================================  ==========================  =====================
+partition                               item                        value
+======================================  ==========================  =====================
+``session/<sid>/log``                   seq, 16 digits              CommitRecord (JSON)
+``session/<sid>/base``                  seq, 16 digits              BaselineRecord (JSON)
+``session/<sid>/ops``                   operation id                empty (index)
+``index/active/<shard>``                session id                  empty (index)
+``blob/<sha256>``                       chunk number, 6 digits      raw bytes
+``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
+``op/<operation id>/result``            ``result``                  OperationResult (JSON)
+======================================  ==========================  =====================
+
+On S3 a key is the object ``<prefix>/<partition>/<item>``; on DynamoDB the item's
+partition key ``pk`` and sort key ``sk``; on SQLite the primary key of table ``kv``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+ACTIVE_SHARDS = 16
+
+
+def seq_item(seq: int) -> str:
+    return f"{seq:016d}"
+
+
+def rev_item(rev: int) -> str:
+    return f"{rev:010d}"
+
+
+def chunk_item(index: int) -> str:
+    return f"{index:06d}"
+
+
+def log_partition(session_id: str) -> str:
+    return f"session/{session_id}/log"
+
+
+def baseline_partition(session_id: str) -> str:
+    return f"session/{session_id}/base"
+
+
+def session_operations_partition(session_id: str) -> str:
+    return f"session/{session_id}/ops"
+
+
+def active_partition(session_id: str) -> str:
+    return f"index/active/{active_shard(session_id):02x}"
+
+
+def active_shard(session_id: str) -> int:
+    return hashlib.sha256(session_id.encode()).digest()[0] % ACTIVE_SHARDS
+
+
+def active_partitions() -> list[str]:
+    return [f"index/active/{shard:02x}" for shard in range(ACTIVE_SHARDS)]
+
+
+def blob_partition(digest: str) -> str:
+    return f"blob/{digest}"
+
+
+def operation_partition(operation_id: str) -> str:
+    return f"op/{operation_id}/rev"
+
+
+def result_partition(operation_id: str) -> str:
+    return f"op/{operation_id}/result"
+
+
+RESULT_ITEM = "result"

@@ -1,0 +1,29 @@
+"""Settings of a Session Store client."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+
+from contracts import Frozen
+
+
+def _default_writer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class StoreSettings(Frozen):
+    """How a store client behaves; the storage location itself is the URL.
+
+    ``baseline_every`` is K: a baseline is written after every K-th commit, and on load
+    when the tail after the newest baseline is longer than K.
+    """
+
+    baseline_every: int = Field(default=100, ge=1)
+    baselines_kept: int = Field(default=2, ge=1)
+    max_record_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_blob_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    read_only: bool = False
+    writer: str = Field(default_factory=_default_writer)

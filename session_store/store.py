@@ -1,0 +1,129 @@
+"""The Session Store: the one place where task progress, intents and results become facts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+from pydantic import TypeAdapter
+
+from contracts import BlobRef, Identifier, Operation, OperationResult, OperationStatus
+from session_store.backend import Backend
+from session_store.baselines import Baselines
+from session_store.blobs import BlobStore
+from session_store.handle import SessionHandle
+from session_store.index import ActiveIndex
+from session_store.log import CommitLog
+from session_store.operations import OperationLog
+from session_store.settings import StoreSettings
+
+log = logging.getLogger(__name__)
+
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+class SessionStore:
+    """Sessions (commit logs with baselines), blobs, operation records and the index of
+    active sessions, on one backend. Open one with ``session_store.open_store(url)``.
+    """
+
+    def __init__(self, backend: Backend, settings: StoreSettings | None = None) -> None:
+        self.settings = settings or StoreSettings()
+        self.backend = backend
+        read_only = self.settings.read_only
+        self.blobs = BlobStore(
+            backend, max_blob_bytes=self.settings.max_blob_bytes, read_only=read_only
+        )
+        self.operations = OperationLog(
+            backend, max_record_bytes=self.settings.max_record_bytes, read_only=read_only
+        )
+        self.index = ActiveIndex(backend)
+        self._baselines = Baselines(backend, self.blobs, kept=self.settings.baselines_kept)
+        self._log = CommitLog(backend, self._baselines, self.index, self.settings)
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> SessionStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def read_only(self) -> bool:
+        return self.settings.read_only
+
+    async def session(self, session_id: str) -> SessionHandle:
+        """Load a session (an empty one if it has no commits yet)."""
+        _IDENTIFIER.validate_python(session_id)
+        state, replayed = await self._log.load(session_id)
+        handle = SessionHandle(
+            state,
+            log=self._log,
+            baselines=self._baselines,
+            baseline_every=self.settings.baseline_every,
+            spawn=self._keep,
+        )
+        if replayed >= self.settings.baseline_every and not self.read_only:
+            handle.schedule_baseline()  # a writer died before its baseline: catch up
+        return handle
+
+    async def active_sessions(self) -> AsyncIterator[str]:
+        """Sessions that may have work left; a hint list for the reconciler."""
+        async for session_id in self.index.sessions():
+            yield session_id
+
+    async def sweep(self, session_id: str) -> bool:
+        """Drop a finished session from the active index; returns whether it is active."""
+        handle = await self.session(session_id)
+        if handle.state.is_active:
+            await self.index.mark(session_id)
+            return True
+        if not self.read_only:
+            await self.index.sweep(session_id, finished_at_seq=handle.seq)
+        return False
+
+    async def put_blob(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
+        return await self.blobs.put(data, media_type)
+
+    async def get_blob(self, ref: BlobRef) -> bytes:
+        return await self.blobs.get(ref)
+
+    async def create_operation(self, operation: Operation) -> Operation:
+        return await self.operations.create(operation)
+
+    async def get_operation(self, operation_id: str) -> Operation | None:
+        return await self.operations.get(operation_id)
+
+    async def transition_operation(
+        self, current: Operation, status: OperationStatus, **changes: object
+    ) -> Operation:
+        return await self.operations.transition(current, status, **changes)
+
+    async def put_operation_result(self, result: OperationResult) -> OperationResult:
+        return await self.operations.put_result(result)
+
+    async def get_operation_result(self, operation_id: str) -> OperationResult | None:
+        return await self.operations.result(operation_id)
+
+    async def list_operations(self, session_id: str) -> list[Operation]:
+        return await self.operations.list_for_session(session_id)
+
+    async def flush(self) -> None:
+        """Wait for background work (baselines) started so far."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        await self.backend.close()
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
