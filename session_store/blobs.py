@@ -14,8 +14,11 @@ from session_store.backend import Backend, ItemExists
 class BlobStore:
     """Put bytes, get a ``BlobRef``; the same bytes always give the same reference."""
 
-    def __init__(self, backend: Backend, *, max_blob_bytes: int, read_only: bool) -> None:
+    def __init__(
+        self, backend: Backend, *, max_blob_bytes: int, chunk_bytes: int, read_only: bool
+    ) -> None:
         self._backend = backend
+        self._chunk_bytes = min(chunk_bytes, backend.max_item_bytes)
         self._max_blob_bytes = max_blob_bytes
         self._read_only = read_only
 
@@ -32,7 +35,7 @@ class BlobStore:
         ref = BlobRef(
             digest=hashlib.sha256(data).hexdigest(), size=len(data), media_type=media_type
         )
-        step = self._backend.max_item_bytes
+        step = self._chunk_bytes
         chunks = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
         await asyncio.gather(
             *(self._create_chunk(ref.digest, n, chunk) for n, chunk in enumerate(chunks))

@@ -25,5 +25,7 @@ class StoreSettings(Frozen):
     baselines_kept: int = Field(default=2, ge=1)
     max_record_bytes: int = Field(default=256 * 1024, ge=1024)
     max_blob_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    # Blobs are stored in chunks of at most this size (and of what the backend allows).
+    blob_chunk_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     read_only: bool = False
     writer: str = Field(default_factory=_default_writer)

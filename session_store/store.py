@@ -7,9 +7,9 @@ import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from contracts import BlobRef, Identifier, Operation, OperationResult, OperationStatus
+from contracts import BlobRef, Identifier, InvalidInput, Operation, OperationResult, OperationStatus
 from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
@@ -34,7 +34,10 @@ class SessionStore:
         self.backend = backend
         read_only = self.settings.read_only
         self.blobs = BlobStore(
-            backend, max_blob_bytes=self.settings.max_blob_bytes, read_only=read_only
+            backend,
+            max_blob_bytes=self.settings.max_blob_bytes,
+            chunk_bytes=self.settings.blob_chunk_bytes,
+            read_only=read_only,
         )
         self.operations = OperationLog(
             backend, max_record_bytes=self.settings.max_record_bytes, read_only=read_only
@@ -61,7 +64,7 @@ class SessionStore:
 
     async def session(self, session_id: str) -> SessionHandle:
         """Load a session (an empty one if it has no commits yet)."""
-        _IDENTIFIER.validate_python(session_id)
+        _check_identifier(session_id, "session id")
         state, replayed = await self._log.load(session_id)
         handle = SessionHandle(
             state,
@@ -127,3 +130,14 @@ class SessionStore:
     def _keep(self, task: asyncio.Task[None]) -> None:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _check_identifier(value: str, what: str) -> None:
+    try:
+        _IDENTIFIER.validate_python(value)
+    except ValidationError:
+        raise InvalidInput(
+            f"{what} {value!r} is not allowed: use 1-200 of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit",
+            value=value,
+        ) from None

@@ -1,0 +1,426 @@
+"""One conformance suite for the Session Store, run against SQLite, S3 and DynamoDB.
+
+Every behaviour a backend must show lives here, bad input included; the backend
+parameter comes from the ``location`` fixture (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from contracts import (
+    AlreadyApplied,
+    AlreadyExists,
+    BlobRef,
+    Commit,
+    ConflictError,
+    CorruptRecord,
+    DocumentPatch,
+    DocumentPut,
+    FencedError,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Operation,
+    OperationResult,
+    OperationStatus,
+    OutboxMessage,
+    PayloadTooLarge,
+    ReadOnlyStore,
+    ReplayPolicy,
+    UnknownRecordVersion,
+)
+from session_store import layout
+from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
+from tests.support.stores import StoreLocation
+
+pytestmark = pytest.mark.store
+
+
+# --- commits and loading ------------------------------------------------------------
+
+
+async def test_commits_get_consecutive_seqs_and_reload_identically(location: StoreLocation) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    current = None
+    receipts = []
+    for n in range(5):
+        commit, current = small_commit(n, current)
+        receipts.append(await handle.commit(commit, fence=None))
+    assert [r.seq for r in receipts] == [1, 2, 3, 4, 5]
+    reopened = await (await location.open()).session("s1")
+    assert reopened.seq == 5
+    assert reopened.state.tasks == handle.state.tasks
+    assert [e.content for e in await reopened.entries()] == [0, 1, 2, 3, 4]
+
+
+async def test_unknown_session_loads_empty(location: StoreLocation) -> None:
+    handle = await (await location.open()).session("never-written")
+    assert (handle.seq, handle.fence, handle.state.tasks, handle.state.is_active) == (
+        0,
+        0,
+        {},
+        False,
+    )
+
+
+async def test_stale_expected_seq_is_a_conflict_and_overwrites_nothing(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    first, second = await store.session("s1"), await store.session("s1")
+    await first.commit(Commit(entries=(entry("first"),)), fence=None)
+    with pytest.raises(ConflictError) as raised:
+        await second.commit(Commit(entries=(entry("second"),)), fence=None)
+    assert raised.value.code == "conflict" and raised.value.retryable
+    assert second.seq == 0, "a rejected commit must not change the writer's state"
+    assert await second.refresh() == 1
+    await second.commit(Commit(entries=(entry("second"),)), fence=None)
+    reloaded = await (await location.open()).session("s1")
+    assert [e.content for e in await reloaded.entries()] == ["first", "second"]
+
+
+# --- fencing --------------------------------------------------------------------------
+
+
+async def test_newer_claim_fences_out_older_holder_even_after_reload(
+    location: StoreLocation,
+) -> None:
+    store_a, store_b = await location.open(), await location.open()
+    a = await store_a.session("s1")
+    await a.claim(5)
+    await a.commit(Commit(entries=(entry("a1"),)), fence=5)
+    b = await store_b.session("s1")
+    await b.claim(6)
+    await b.commit(Commit(entries=(entry("b1"),)), fence=6)
+    with pytest.raises(ConflictError):  # stale view first
+        await a.commit(Commit(entries=(entry("a2"),)), fence=5)
+    await a.refresh()
+    assert a.fence == 6
+    with pytest.raises(FencedError) as raised:  # newest view, old fence
+        await a.commit(Commit(entries=(entry("a2"),)), fence=5)
+    assert raised.value.details == {"session_id": "s1", "fence": 5, "current": 6}
+    with pytest.raises(FencedError):
+        await a.claim(5)
+    final = await (await location.open()).session("s1")
+    assert [e.content for e in await final.entries()] == ["a1", "b1"]
+
+
+async def test_claim_alone_fences_before_the_new_holder_commits_anything(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    old, new = await store.session("s1"), await store.session("s1")
+    await old.claim(1)
+    await new.refresh()
+    await new.claim(2)
+    await old.refresh()
+    with pytest.raises(FencedError):
+        await old.commit(Commit(entries=(entry(),)), fence=1)
+    assert (await new.claim(2)).seq == new.seq, "re-claiming with the same fence is a no-op"
+
+
+async def test_fences_never_decrease_and_unfenced_writers_keep_the_fence(
+    location: StoreLocation,
+) -> None:
+    handle = await (await location.open()).session("s1")
+    await handle.claim(3)
+    receipt = await handle.commit(Commit(entries=(entry(),)), fence=None)
+    assert receipt.fence == 3
+    receipt = await handle.commit(Commit(entries=(entry(),)), fence=7)
+    assert (receipt.fence, handle.fence) == (7, 7)
+
+
+# --- write-set rules -------------------------------------------------------------------
+
+
+async def test_documents_put_patch_and_version_guards(location: StoreLocation) -> None:
+    handle = await (await location.open()).session("s1")
+    await handle.commit(
+        Commit(
+            documents=(DocumentPut(name="plan", body={"a": 1, "b": {"c": 2}}, expected_version=0),)
+        ),
+        fence=None,
+    )
+    await handle.commit(
+        Commit(documents=(DocumentPatch(name="plan", patch={"b": {"c": None, "d": 3}}),)),
+        fence=None,
+    )
+    plan = handle.state.documents["plan"]
+    assert (plan.version, plan.body) == (2, {"a": 1, "b": {"d": 3}})
+    with pytest.raises(ConflictError):
+        await handle.commit(
+            Commit(documents=(DocumentPut(name="plan", body={}, expected_version=1),)), fence=None
+        )
+    with pytest.raises(NotFound):
+        await handle.commit(Commit(documents=(DocumentPatch(name="nope", patch={}),)), fence=None)
+    assert handle.seq == 2
+
+
+async def test_task_revisions_are_checked(location: StoreLocation) -> None:
+    handle = await (await location.open()).session("s1")
+    created = task()
+    await handle.commit(Commit(tasks=(created,)), fence=None)
+    with pytest.raises(AlreadyExists):
+        await handle.commit(Commit(tasks=(task(),)), fence=None)
+    with pytest.raises(ConflictError):
+        await handle.commit(Commit(tasks=(advance(advance(created)),)), fence=None)
+    done = finish(created, result={"ok": True})
+    await handle.commit(Commit(tasks=(done,)), fence=None)
+    with pytest.raises(InvalidTransition):
+        await handle.commit(Commit(tasks=(advance(done, phase="again"),)), fence=None)
+    assert handle.state.tasks["t1"].result == {"ok": True}
+
+
+async def test_submissions_outbox_and_apply_once(location: StoreLocation) -> None:
+    handle = await (await location.open()).session("s1")
+    accepted = submission("req-1", input="hello")
+    message = OutboxMessage(id="op-1", topic="tools.dispatch", payload={"tool": "echo"})
+    await handle.commit(Commit(submissions=(accepted,), outbox=(message,)), fence=None)
+    assert handle.state.outbox == {"op-1": message}
+    with pytest.raises(AlreadyExists):
+        await handle.commit(Commit(submissions=(submission("req-1"),)), fence=None)
+    await handle.commit(
+        Commit(
+            outbox_done=("op-1",), applied_operations=("op-1",), submissions=(answer(accepted),)
+        ),
+        fence=None,
+    )
+    assert handle.state.outbox == {}
+    assert handle.state.submissions["req-1"].answer == "done"
+    with pytest.raises(AlreadyApplied) as raised:
+        await handle.commit(Commit(applied_operations=("op-1",)), fence=None)
+    assert "applied" in raised.value.message
+    assert "op-1" in (await (await location.open()).session("s1")).state.applied_operations
+
+
+async def test_one_commit_is_all_or_nothing(location: StoreLocation) -> None:
+    handle = await (await location.open()).session("s1")
+    await handle.commit(Commit(tasks=(task("t1"),)), fence=None)
+    bad = Commit(entries=(entry("lost?"),), tasks=(task("t2"), task("t1")))
+    with pytest.raises(AlreadyExists):
+        await handle.commit(bad, fence=None)
+    reloaded = await (await location.open()).session("s1")
+    assert (reloaded.seq, reloaded.state.entry_count, set(reloaded.state.tasks)) == (1, 0, {"t1"})
+
+
+# --- baselines and read-only observers ---------------------------------------------------
+
+
+async def test_baselines_bound_the_replay_and_keep_all_history(location: StoreLocation) -> None:
+    store = await location.open(baseline_every=4)
+    handle = await store.session("s1")
+    current = None
+    for n in range(23):
+        commit, current = small_commit(n, current)
+        await handle.commit(commit, fence=None)
+    await store.flush()
+    baselines = await store.backend.keys(layout.baseline_partition("s1"))
+    assert baselines == [layout.seq_item(16), layout.seq_item(20)], "newest two are kept"
+    reloaded = await (await location.open(baseline_every=4)).session("s1")
+    assert len(reloaded.state.entries_tail) == 3, "only commits after the baseline replay"
+    assert [e.content for e in await reloaded.entries()] == list(range(23))
+    assert [e.content for e in await reloaded.entries(5, 9)] == [5, 6, 7, 8]
+    assert reloaded.state.tasks == handle.state.tasks
+
+
+async def test_read_only_observer_reads_but_cannot_write(location: StoreLocation) -> None:
+    writer = await (await location.open()).session("s1")
+    await writer.commit(Commit(tasks=(task(),), entries=(entry("seen"),)), fence=None)
+    observer_store = await location.open(read_only=True)
+    observer = await observer_store.session("s1")
+    assert [e.content for e in await observer.entries()] == ["seen"]
+    with pytest.raises(ReadOnlyStore):
+        await observer.commit(Commit(entries=(entry(),)), fence=None)
+    with pytest.raises(ReadOnlyStore):
+        await observer_store.put_blob(b"data")
+    with pytest.raises(ReadOnlyStore):
+        await observer_store.create_operation(_operation("op-ro"))
+    await writer.commit(Commit(entries=(entry("later"),)), fence=None)
+    assert await observer.refresh() == 1
+
+
+# --- blobs ---------------------------------------------------------------------------------
+
+
+async def test_blobs_are_content_addressed_and_chunked(location: StoreLocation) -> None:
+    store = await location.open(blob_chunk_bytes=64 * 1024)
+    small = await store.put_blob(b"hello", "text/plain")
+    assert small == await store.put_blob(b"hello", "text/plain")
+    big_data = bytes(range(256)) * (3 * 64 * 1024 // 256 + 7)
+    big = await store.put_blob(big_data)
+    chunks = await store.backend.keys(layout.blob_partition(big.digest))
+    assert len(chunks) == 4
+    assert await store.get_blob(big) == big_data
+    assert await store.get_blob(small) == b"hello"
+    with pytest.raises(NotFound):
+        await store.get_blob(BlobRef(digest="0" * 64, size=1))
+
+
+async def test_blob_larger_than_any_backend_item_round_trips(location: StoreLocation) -> None:
+    store = await location.open()
+    data = bytes(range(256)) * 4096  # 1 MiB: above DynamoDB's 400 KB item limit
+    assert await store.get_blob(await store.put_blob(data)) == data
+
+
+async def test_oversized_blob_and_record_are_refused_with_the_limit(
+    location: StoreLocation,
+) -> None:
+    store = await location.open(max_blob_bytes=4096, max_record_bytes=2048)
+    with pytest.raises(PayloadTooLarge) as raised:
+        await store.put_blob(b"x" * 5000)
+    assert "4,096" in raised.value.message and raised.value.details["limit"] == 4096
+    handle = await store.session("s1")
+    with pytest.raises(PayloadTooLarge) as raised:
+        await handle.commit(Commit(entries=(entry("y" * 3000),)), fence=None)
+    assert "2,048" in raised.value.message and "blob" in raised.value.message
+    assert handle.seq == 0 and (await (await location.open()).session("s1")).seq == 0
+
+
+async def test_damaged_blob_is_reported_not_returned(location: StoreLocation) -> None:
+    store = await location.open()
+    ref = await store.put_blob(b"original")
+    await store.backend.put(layout.blob_partition(ref.digest), layout.chunk_item(0), b"tampered")
+    with pytest.raises(CorruptRecord):
+        await store.get_blob(ref)
+
+
+# --- schema versions and corrupt records -----------------------------------------------------
+
+
+async def test_unknown_record_version_fails_clearly(location: StoreLocation) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    await handle.commit(Commit(entries=(entry(),)), fence=None)
+    future = {"v": 2, "type": "commit", "session_id": "s1", "seq": 2, "shiny": True}
+    await store.backend.create(
+        layout.log_partition("s1"), layout.seq_item(2), json.dumps(future).encode()
+    )
+    with pytest.raises(UnknownRecordVersion) as raised:
+        await (await location.open()).session("s1")
+    assert "version 2" in raised.value.message and "version 1" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "payload", [b"{not json", b'{"type": "commit"}', b'{"v":1,"type":"commit","seq":"x"}']
+)
+async def test_corrupt_record_fails_clearly(location: StoreLocation, payload: bytes) -> None:
+    store = await location.open()
+    await store.backend.create(layout.log_partition("s1"), layout.seq_item(1), payload)
+    with pytest.raises(CorruptRecord) as raised:
+        await store.session("s1")
+    assert "session/s1/log" in raised.value.message
+
+
+async def test_bad_session_id_is_invalid_input(location: StoreLocation) -> None:
+    store = await location.open()
+    with pytest.raises(InvalidInput):
+        await store.session("../etc/passwd")
+
+
+# --- operation records ----------------------------------------------------------------------
+
+
+def _operation(operation_id: str, session_id: str = "s1") -> Operation:
+    return Operation(
+        operation_id=operation_id,
+        session_id=session_id,
+        tool="send_email",
+        args={"to": "a@example.com"},
+        replay=ReplayPolicy.UNSAFE,
+    )
+
+
+async def test_operation_create_is_conditional(location: StoreLocation) -> None:
+    store = await location.open()
+    created = await store.create_operation(_operation("op-1"))
+    assert await store.create_operation(created) == created, "an identical retry is harmless"
+    other = _operation("op-1").model_copy(update={"args": {"to": "b@example.com"}})
+    with pytest.raises(AlreadyExists) as raised:
+        await store.create_operation(other)
+    assert raised.value.details["status"] == "accepted"
+    assert await store.get_operation("op-1") == created
+    assert await store.get_operation("op-missing") is None
+
+
+async def test_operation_transitions_have_exactly_one_winner(location: StoreLocation) -> None:
+    store = await location.open()
+    created = await store.create_operation(_operation("op-1"))
+    results = await asyncio.gather(
+        *(
+            store.transition_operation(created, OperationStatus.RUNNING, executor=f"hands-{n}")
+            for n in range(5)
+        ),
+        return_exceptions=True,
+    )
+    winners = [r for r in results if isinstance(r, Operation)]
+    assert len(winners) == 1 and all(
+        isinstance(r, ConflictError) for r in results if r not in winners
+    )
+    current = await store.get_operation("op-1")
+    assert current == winners[0] and current.rev == 2
+    with pytest.raises(InvalidTransition):
+        await store.transition_operation(current, OperationStatus.ACCEPTED)
+    done = await store.transition_operation(current, OperationStatus.SUCCEEDED)
+    assert (await store.get_operation("op-1")) == done
+
+
+async def test_operation_result_is_written_once(location: StoreLocation) -> None:
+    store = await location.open()
+    await store.create_operation(_operation("op-1"))
+    result = OperationResult(operation_id="op-1", succeeded=True, output={"message_id": "m-1"})
+    assert await store.put_operation_result(result) == result
+    assert await store.put_operation_result(result) == result, "an identical retry is harmless"
+    with pytest.raises(AlreadyExists):
+        await store.put_operation_result(
+            result.model_copy(update={"output": {"message_id": "m-2"}})
+        )
+    assert await store.get_operation_result("op-1") == result
+    assert await store.get_operation_result("op-2") is None
+
+
+async def test_operations_are_listed_by_session(location: StoreLocation) -> None:
+    store = await location.open()
+    for operation_id, session_id in [("op-a", "s1"), ("op-b", "s1"), ("op-c", "s2")]:
+        await store.create_operation(_operation(operation_id, session_id))
+    listed = await store.list_operations("s1")
+    assert sorted(op.operation_id for op in listed) == ["op-a", "op-b"]
+    assert await store.list_operations("s3") == []
+
+
+# --- the active-session index -----------------------------------------------------------------
+
+
+async def _active(location: StoreLocation) -> set[str]:
+    store = await location.open()
+    return {session_id async for session_id in store.active_sessions()}
+
+
+async def test_active_index_follows_open_work(location: StoreLocation) -> None:
+    store = await location.open()
+    busy, idle = await store.session("busy"), await store.session("idle")
+    started = task()
+    await busy.commit(Commit(tasks=(started,)), fence=None)
+    await idle.commit(Commit(entries=(entry(),)), fence=None)
+    accepted = submission()
+    await idle.commit(Commit(submissions=(accepted,)), fence=None)
+    assert await _active(location) == {"busy", "idle"}
+    await idle.commit(Commit(submissions=(answer(accepted),)), fence=None)
+    await busy.commit(Commit(tasks=(finish(started),)), fence=None)
+    assert await _active(location) == set()
+
+
+async def test_sweep_keeps_active_sessions_and_drops_finished_ones(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    await handle.commit(Commit(tasks=(task(),)), fence=None)
+    await store.index.mark("ghost")  # e.g. left by a writer that crashed before committing
+    assert await store.sweep("s1") is True
+    assert await store.sweep("ghost") is False
+    assert await _active(location) == {"s1"}
