@@ -113,7 +113,9 @@ def apply(state: SessionState, record: CommitRecord) -> None:
     state.entries_tail.extend(commit.entries)
     state.entry_count += len(commit.entries)
     for write in commit.documents:
-        state.documents[write.name] = _write_document(state.documents.get(write.name), write)
+        state.documents[write.name] = _write_document(
+            state.documents.get(write.name), write, record.committed_at
+        )
     for task in commit.tasks:
         state.tasks[task.id] = task
     for submission in commit.submissions:
@@ -231,10 +233,14 @@ def _check_applied(state: SessionState, commit: Commit) -> None:
             )
 
 
-def _write_document(current: Document | None, write: DocumentWrite) -> Document:
+def _write_document(current: Document | None, write: DocumentWrite, at: datetime) -> Document:
+    # Replay must be deterministic: the time comes from the record, not the clock.
     version = 1 if current is None else current.version + 1
     if isinstance(write, DocumentPut):
-        return Document(name=write.name, kind=write.kind, version=version, body=write.body)
-    assert current is not None  # checked: patches need an existing document
-    body = merge_patch(current.body, write.patch)
-    return Document(name=write.name, kind=current.kind, version=version, body=body)
+        body = write.body
+        kind = write.kind
+    else:
+        assert current is not None  # checked: patches need an existing document
+        body = merge_patch(current.body, write.patch)
+        kind = current.kind
+    return Document(name=write.name, kind=kind, version=version, body=body, updated_at=at)

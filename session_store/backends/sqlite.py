@@ -131,7 +131,10 @@ class SqliteBackend:
         if self._connection is not None:
             return
         if not self.path.exists() and (self._read_only or not self._create):
-            raise StoreMissing(f"SQLite store file {self.path} does not exist")
+            raise StoreMissing(
+                f"SQLite store file {self.path} does not exist; create it with "
+                "`bh store init URL` or by opening it for writing"
+            )
         if not self._read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         mode = "ro" if self._read_only else "rwc"

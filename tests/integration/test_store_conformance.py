@@ -31,9 +31,10 @@ from contracts import (
     PayloadTooLarge,
     ReadOnlyStore,
     ReplayPolicy,
+    StoreMissing,
     UnknownRecordVersion,
 )
-from session_store import layout
+from session_store import layout, open_store
 from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
 from tests.support.stores import StoreLocation
 
@@ -424,3 +425,15 @@ async def test_sweep_keeps_active_sessions_and_drops_finished_ones(
     assert await store.sweep("s1") is True
     assert await store.sweep("ghost") is False
     assert await _active(location) == {"s1"}
+
+
+async def test_missing_bucket_or_table_is_a_clear_error(location: StoreLocation) -> None:
+    url = (
+        location.url.replace("bh-tests", "bh-absent-bucket")
+        .replace("dynamodb://bh-", "dynamodb://absent-")
+        .replace("/store-", "/absent-")
+    )
+    # SQLite files are created when opened for writing; a read-only open cannot create.
+    with pytest.raises(StoreMissing) as raised:
+        await open_store(url, read_only=location.kind == "sqlite")
+    assert "does not exist" in raised.value.message and "bh store init" in raised.value.message

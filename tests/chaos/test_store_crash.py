@@ -1,0 +1,92 @@
+"""SIGKILL a process in a tight commit loop at random moments, then reopen the store.
+
+After every kill the log must hold exactly the commits whose receipts the process
+printed, plus at most the one it had begun, and every record must decode (no torn
+record). The next process continues the same session, so later kills also land in
+baseline writes and index updates.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.support.processes import python_module
+from tests.support.stores import StoreLocation
+
+pytestmark = [pytest.mark.chaos, pytest.mark.store, pytest.mark.slow]
+
+KILLS = 20
+
+
+def run_until_killed(url: str, rng: random.Random) -> tuple[list[tuple[int, str]], str | None]:
+    """Start a committing process, kill it at a random moment; its receipts and in-flight id."""
+    with python_module("tests.support.commit_worker", "loop", url, "crashy") as child:
+        return _watch_and_kill(child, rng)
+
+
+def _watch_and_kill(
+    child: subprocess.Popen[str], rng: random.Random
+) -> tuple[list[tuple[int, str]], str | None]:
+    assert child.stdout is not None and child.stderr is not None
+    receipts: list[tuple[int, str]] = []
+    in_flight: str | None = None
+    deadline: float | None = None
+    while True:
+        line = child.stdout.readline()
+        if not line:
+            raise AssertionError(f"worker exited early: {child.stderr.read()}")
+        message = json.loads(line)
+        if "begin" in message:
+            in_flight = message["begin"]
+        elif "ok" in message:
+            receipts.append((message["ok"], message["id"]))
+            in_flight = None
+            if deadline is None:  # first receipt: the loop is hot, pick the kill moment
+                deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+        if deadline is not None and time.monotonic() >= deadline:
+            child.send_signal(signal.SIGKILL)
+            break
+    # Lines written before the kill count; read them through the same buffered pipe
+    # (communicate() would skip what readline() already buffered).
+    rest = child.stdout.read()
+    child.wait(timeout=30)
+    for line in rest.splitlines():
+        message = json.loads(line)
+        if "begin" in message:
+            in_flight = message["begin"]
+        elif "ok" in message:
+            receipts.append((message["ok"], message["id"]))
+            in_flight = None
+    assert child.returncode == -signal.SIGKILL
+    return receipts, in_flight
+
+
+async def test_sigkill_loses_no_receipt_and_tears_no_record(location: StoreLocation) -> None:
+    rng = random.Random(20261130)
+    confirmed: dict[int, str] = {}
+    for kill in range(KILLS):
+        receipts, in_flight = run_until_killed(location.url, rng)
+        confirmed.update(receipts)
+        handle = await (await location.open()).session("crashy")  # decodes every record
+        log = {seq: entry.id for seq, entry in enumerate(await handle.entries(), start=1)}
+        assert handle.seq == len(log)
+        missing = {seq: eid for seq, eid in confirmed.items() if log.get(seq) != eid}
+        assert not missing, (
+            f"kill {kill}: {len(missing)} receipted commits lost or moved, "
+            f"first: {sorted(missing.items())[:3]}"
+        )
+        extra = {seq: eid for seq, eid in log.items() if seq not in confirmed}
+        assert len(extra) <= 1, f"kill {kill}: commits without receipts: {extra}"
+        if extra:
+            ((seq, entry_id),) = extra.items()
+            assert entry_id == in_flight and seq == max(confirmed) + 1, (
+                f"kill {kill}: the only unreceipted commit must be the one in flight"
+            )
+            confirmed[seq] = entry_id  # it landed: from now on it must stay
+    assert len(confirmed) > KILLS, "the processes committed too little to test anything"

@@ -1,0 +1,126 @@
+"""Property: the state loaded from the newest baseline plus its tail equals the state
+replayed from the whole log, for any history of commits and any baseline interval."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contracts import (
+    Commit,
+    CommitRecord,
+    DocumentPatch,
+    DocumentPut,
+    OutboxMessage,
+    Outcome,
+    SubmissionStatus,
+)
+from session_store import SessionHandle, SessionState, layout
+from session_store.codec import decode
+from session_store.state import apply
+from tests.support.builders import advance, answer, entry, finish, submission, task
+from tests.support.stores import StoreLocation, drop_table, new_location
+
+pytestmark = pytest.mark.store
+
+# One step of a history; turned into a valid commit against the current state.
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["entry", "doc", "patch", "task", "advance", "finish", "sub", "outbox"]),
+        st.integers(min_value=0, max_value=4),
+        st.text(max_size=5),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def commit_for(state: SessionState, step: tuple[str, int, str]) -> Commit:
+    kind, n, text = step
+    entries = (entry({"n": n, "text": text}),)
+    if kind == "doc":
+        return Commit(entries=entries, documents=(DocumentPut(name=f"d{n}", body={"t": text}),))
+    if kind == "patch" and f"d{n}" in state.documents:
+        return Commit(documents=(DocumentPatch(name=f"d{n}", patch={"p": n, "t": None}),))
+    existing = state.tasks.get(f"t{n}")
+    if kind == "task" and existing is None:
+        return Commit(tasks=(task(f"t{n}", input=text),))
+    if kind == "advance" and existing is not None and not existing.is_terminal:
+        return Commit(entries=entries, tasks=(advance(existing, phase=text or "p"),))
+    if kind == "finish" and existing is not None and not existing.is_terminal:
+        return Commit(
+            tasks=(finish(existing, Outcome.FAILED, text),), applied_operations=(f"op{n}",)
+        )
+    current = state.submissions.get(f"r{n}")
+    if kind == "sub":
+        if current is None:
+            return Commit(submissions=(submission(f"r{n}", input=text),))
+        if current.status is SubmissionStatus.ACCEPTED:
+            return Commit(submissions=(answer(current, text),))
+    if kind == "outbox":
+        if f"m{n}" in state.outbox:
+            return Commit(outbox_done=(f"m{n}",))
+        return Commit(outbox=(OutboxMessage(id=f"m{n}", topic="t", payload=text),))
+    return Commit(entries=entries)
+
+
+async def replay_everything(location: StoreLocation, session_id: str) -> SessionState:
+    store = await location.open()
+    state = SessionState(session_id=session_id)
+    partition = layout.log_partition(session_id)
+    for item, data in await store.backend.items(partition):
+        apply(state, decode(data, CommitRecord, where=item))
+    return state
+
+
+async def comparable(state: SessionState, handle: SessionHandle | None = None) -> dict[str, Any]:
+    fields = state.model_dump(exclude={"entry_segments", "entries_tail"})
+    fields["entries"] = (
+        [e.model_dump() for e in await handle.entries()]
+        if handle is not None
+        else [e.model_dump() for e in state.entries_tail]
+    )
+    return fields
+
+
+async def run_history(
+    location: StoreLocation, session_id: str, every: int, history: list[Any]
+) -> None:
+    writer_store = await location.open(baseline_every=every)
+    writer = await writer_store.session(session_id)
+    for step in history:
+        await writer.commit(commit_for(writer.state, step), fence=None)
+    await writer_store.flush()
+    loaded = await (await location.open(baseline_every=every)).session(session_id)
+    replayed = await replay_everything(location, session_id)
+    assert await comparable(loaded.state, loaded) == await comparable(replayed)
+    assert await comparable(writer.state, writer) == await comparable(replayed)
+    await location.close_all()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "s3", "dynamodb"])
+def test_baseline_plus_tail_equals_full_replay(kind: str, tmp_path: Path) -> None:
+    location, prepare = new_location(kind, tmp_path)
+    asyncio.run(prepare())
+    examples = 200 if kind == "sqlite" else 12
+    counter = iter(range(10**6))
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(history=steps, every=st.integers(min_value=1, max_value=7))
+    def check(history: list[Any], every: int) -> None:
+        asyncio.run(run_history(location, f"s{next(counter)}", every, history))
+
+    try:
+        check()
+    finally:
+        if kind == "dynamodb":
+            asyncio.run(drop_table(location.url))

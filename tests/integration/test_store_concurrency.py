@@ -1,0 +1,54 @@
+"""Several OS processes race to commit to one session: no gap, no fork, no lost receipt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import python_module
+from tests.support.stores import StoreLocation
+
+pytestmark = [pytest.mark.store, pytest.mark.slow]
+
+WORKERS = 4
+ATTEMPTS = 25
+
+
+async def test_racing_processes_never_fork_the_log(location: StoreLocation, tmp_path: Path) -> None:
+    barrier = tmp_path / "go"
+    workers = [
+        python_module(
+            "tests.support.commit_worker",
+            "race",
+            location.url,
+            "contended",
+            f"w{n}",
+            str(ATTEMPTS),
+            str(barrier),
+        )
+        for n in range(WORKERS)
+    ]
+    barrier.touch()
+    receipts: dict[str, int] = {}
+    rejected: set[str] = set()
+    for worker in workers:
+        out, err = worker.communicate(timeout=180)
+        assert worker.returncode == 0, err
+        for line in out.splitlines():
+            message = json.loads(line)
+            if "ok" in message:
+                receipts[message["id"]] = message["ok"]
+            else:
+                rejected.add(message["conflict"])
+
+    assert len(receipts) + len(rejected) == WORKERS * ATTEMPTS, "every attempt has an outcome"
+    assert rejected, "the workers never collided, so this run proved nothing"
+    handle = await (await location.open()).session("contended")
+    log = [entry.id for entry in await handle.entries()]
+    assert handle.seq == len(log) == len(receipts), "one commit per receipt, no gap"
+    assert {entry_id: seq for seq, entry_id in enumerate(log, start=1)} == receipts, (
+        "every receipt names the seq its commit holds in the log"
+    )
+    assert rejected.isdisjoint(log), "a rejected commit must not be in the log"
