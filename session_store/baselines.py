@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts import BaselineRecord, Entry, EntrySegment
+from contracts import BaselineRecord, BlobRef, Entry, EntrySegment
 from session_store import layout
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
@@ -30,19 +30,29 @@ class SegmentBody(BaseModel):
     entries: tuple[Entry, ...]
 
 
+class SegmentIndex(BaseModel):
+    """The JSON body of an entry index blob: every archived segment, oldest first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = 1
+    type: Literal["entry_index"] = "entry_index"
+    segments: tuple[EntrySegment, ...]
+
+
 class Baselines:
     def __init__(self, backend: Backend, blobs: BlobStore, *, kept: int) -> None:
         self._backend = backend
         self._blobs = blobs
         self._kept = kept
 
-    async def write(self, snapshot: SessionState) -> EntrySegment | None:
+    async def write(self, snapshot: SessionState) -> None:
         """Persist ``snapshot`` (a private copy) as the baseline at its seq.
 
-        Returns the entry segment it archived, if any, so that the live state may drop
-        those entries from memory too.
+        Archives the snapshot's entry tail first and updates the snapshot to point at
+        the archive, so the caller can drop those entries from live memory too.
         """
-        segment = await self._archive_entries(snapshot)
+        await self._archive_entries(snapshot)
         state_ref = await self._blobs.put(encode(snapshot), "application/json")
         record = BaselineRecord(session_id=snapshot.session_id, seq=snapshot.seq, state=state_ref)
         partition = layout.baseline_partition(snapshot.session_id)
@@ -50,7 +60,6 @@ class Baselines:
         with contextlib.suppress(ItemExists):
             await self._backend.create(partition, layout.seq_item(snapshot.seq), encode(record))
         await self._prune(partition)
-        return segment
 
     async def latest(self, session_id: str) -> SessionState | None:
         partition = layout.baseline_partition(session_id)
@@ -66,19 +75,24 @@ class Baselines:
         data = await self._blobs.get(segment.blob)
         return decode(data, SegmentBody, where=f"blob {segment.blob.digest}").entries
 
-    async def _archive_entries(self, snapshot: SessionState) -> EntrySegment | None:
+    async def segments(self, index: BlobRef | None) -> tuple[EntrySegment, ...]:
+        if index is None:
+            return ()
+        data = await self._blobs.get(index)
+        return decode(data, SegmentIndex, where=f"blob {index.digest}").segments
+
+    async def _archive_entries(self, snapshot: SessionState) -> None:
         if not snapshot.entries_tail:
-            return None
+            return
         body = SegmentBody(entries=tuple(snapshot.entries_tail))
         ref = await self._blobs.put(encode(body), "application/json")
         segment = EntrySegment(
-            blob=ref,
-            first=snapshot.entry_count - len(snapshot.entries_tail),
-            count=len(snapshot.entries_tail),
+            blob=ref, first=snapshot.entries_archived, count=len(snapshot.entries_tail)
         )
-        snapshot.entry_segments.append(segment)
+        index = SegmentIndex(segments=(*await self.segments(snapshot.entry_index), segment))
+        snapshot.entry_index = await self._blobs.put(encode(index), "application/json")
+        snapshot.entries_archived = snapshot.entry_count
         snapshot.entries_tail = []
-        return segment
 
     async def _prune(self, partition: str) -> None:
         # Older baselines are never needed for correctness; keep a few for readers

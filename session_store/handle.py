@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from contracts import Commit, CommitReceipt, Entry, EntrySegment, FencedError
+from contracts import BlobRef, Commit, CommitReceipt, Entry, FencedError
 from session_store.baselines import Baselines
 from session_store.log import CommitLog
 from session_store.state import SessionState
@@ -86,26 +86,27 @@ class SessionHandle:
 
     async def entries(self, start: int = 0, stop: int | None = None) -> list[Entry]:
         """Entries ``start`` .. ``stop - 1`` of the whole history, reading archives as needed."""
-        stop = self._state.entry_count if stop is None else min(stop, self._state.entry_count)
+        state = self._state
+        stop = state.entry_count if stop is None else min(stop, state.entry_count)
         found: list[Entry] = []
-        for segment in list(self._state.entry_segments):
-            end = segment.first + segment.count
-            if end > start and segment.first < stop:
-                archived = await self._baselines.segment(segment)
-                found.extend(archived[max(0, start - segment.first) : stop - segment.first])
-        tail_first = self._state.entry_count - len(self._state.entries_tail)
-        lo, hi = max(start, tail_first) - tail_first, stop - tail_first
+        if start < state.entries_archived:
+            for segment in await self._baselines.segments(state.entry_index):
+                if segment.first + segment.count > start and segment.first < stop:
+                    archived = await self._baselines.segment(segment)
+                    found.extend(archived[max(0, start - segment.first) : stop - segment.first])
+        lo, hi = max(start, state.entries_archived), stop
         if hi > lo:
-            found.extend(self._state.entries_tail[lo:hi])
+            found.extend(
+                state.entries_tail[lo - state.entries_archived : hi - state.entries_archived]
+            )
         return found
 
     async def write_baseline(self) -> int:
         """Write a baseline of the current state now; returns its seq."""
         snapshot = self._state.snapshot()
-        segments_before = list(self._state.entry_segments)
-        segment = await self._baselines.write(snapshot)
-        if segment is not None:
-            self._forget_archived(segments_before, segment)
+        before = (self._state.entry_index, self._state.entries_archived)
+        await self._baselines.write(snapshot)
+        self._forget_archived(before, snapshot)
         return snapshot.seq
 
     def schedule_baseline(self) -> None:
@@ -119,15 +120,16 @@ class SessionHandle:
         except Exception:  # a baseline is an optimisation: log and carry on
             log.warning("baseline of session %s failed", self.session_id, exc_info=True)
 
-    def _forget_archived(self, before: Sequence[EntrySegment], segment: EntrySegment) -> None:
-        # Drop archived entries from memory, unless the state moved under us in a way
-        # that makes the bookkeeping ambiguous (then keeping them is merely wasteful).
+    def _forget_archived(self, before: tuple[BlobRef | None, int], snapshot: SessionState) -> None:
+        # Drop archived entries from memory, unless another baseline of this handle
+        # archived meanwhile (then keeping them is merely wasteful, never wrong).
         state = self._state
-        tail_first = state.entry_count - len(state.entries_tail)
-        if list(state.entry_segments) != list(before) or segment.first != tail_first:
+        if (state.entry_index, state.entries_archived) != before:
             return
-        state.entry_segments.append(segment)
-        state.entries_tail = state.entries_tail[segment.count :]
+        archived = snapshot.entries_archived - state.entries_archived
+        state.entry_index = snapshot.entry_index
+        state.entries_archived = snapshot.entries_archived
+        state.entries_tail = state.entries_tail[archived:]
 
     def _head_receipt(self) -> CommitReceipt:
         assert self._state.updated_at is not None

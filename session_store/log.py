@@ -9,7 +9,7 @@ one recorded at its expected seq is refused before it writes (``FencedError``).
 
 from __future__ import annotations
 
-import uuid
+import os
 
 from contracts import (
     Commit,
@@ -19,6 +19,7 @@ from contracts import (
     CorruptRecord,
     FencedError,
     ReadOnlyStore,
+    utcnow,
 )
 from session_store import layout
 from session_store.backend import Backend, ItemExists
@@ -75,15 +76,17 @@ class CommitLog:
                 current=state.fence,
             )
         check(state, commit)
-        record = CommitRecord(
+        # The parts were validated when they were built; skip validating them again.
+        record = CommitRecord.model_construct(
             session_id=state.session_id,
             seq=state.seq + 1,
-            commit_id=uuid.uuid4().hex,
+            commit_id=os.urandom(16).hex(),
             fence=max(state.fence, fence or 0),
             writer_fence=fence,
             claim=claim,
             writer=self._settings.writer,
             commit=commit,
+            committed_at=utcnow(),
         )
         data = encode(
             record,
@@ -100,7 +103,7 @@ class CommitLog:
             await self._index.mark(state.session_id)
         elif was_active and not becomes_active:
             await self._index.sweep(state.session_id, finished_at_seq=record.seq)
-        return CommitReceipt(
+        return CommitReceipt.model_construct(
             session_id=record.session_id,
             seq=record.seq,
             fence=record.fence,

@@ -12,11 +12,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from contracts import (
     AlreadyApplied,
     AlreadyExists,
+    BlobRef,
     Commit,
     CommitRecord,
     ConflictError,
@@ -26,7 +27,6 @@ from contracts import (
     DocumentPut,
     DocumentWrite,
     Entry,
-    EntrySegment,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -39,9 +39,10 @@ from contracts import (
 class SessionState(BaseModel):
     """Everything a session holds after commit ``seq``.
 
-    Old entries are archived in content-addressed segments referenced from
-    ``entry_segments``; ``entries_tail`` holds the ones after the last segment. Use
-    ``SessionHandle.entries()`` to read the whole history.
+    Entries before ``entries_archived`` live in immutable segment blobs listed by the
+    ``entry_index`` blob; ``entries_tail`` holds the rest. The state therefore stays
+    small however long the conversation grows. Use ``SessionHandle.entries()`` to read
+    the whole history.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -53,7 +54,8 @@ class SessionState(BaseModel):
     fence: int = 0
     updated_at: datetime | None = None
     entry_count: int = 0
-    entry_segments: list[EntrySegment] = Field(default_factory=list)
+    entries_archived: int = 0
+    entry_index: BlobRef | None = None
     entries_tail: list[Entry] = Field(default_factory=list)
     documents: dict[str, Document] = Field(default_factory=dict)
     tasks: dict[str, Task] = Field(default_factory=dict)
@@ -61,20 +63,26 @@ class SessionState(BaseModel):
     outbox: dict[str, OutboxMessage] = Field(default_factory=dict)
     applied_operations: set[str] = Field(default_factory=set)
 
+    # Counts of non-final tasks and submissions, kept by ``apply`` so that activity
+    # checks cost O(commit), not O(session).
+    _open_tasks: int = PrivateAttr(default=0)
+    _open_submissions: int = PrivateAttr(default=0)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._open_tasks = sum(1 for task in self.tasks.values() if not task.is_terminal)
+        self._open_submissions = sum(
+            1 for sub in self.submissions.values() if not sub.status.is_final
+        )
+
     @property
     def is_active(self) -> bool:
         """True while anything is left to do: open tasks, open submissions, unsent outbox."""
-        return bool(
-            self.outbox
-            or any(not task.is_terminal for task in self.tasks.values())
-            or any(not sub.status.is_final for sub in self.submissions.values())
-        )
+        return bool(self._open_tasks or self._open_submissions or self.outbox)
 
     def snapshot(self) -> SessionState:
         """A copy whose containers are independent of this state (records are frozen)."""
         return self.model_copy(
             update={
-                "entry_segments": list(self.entry_segments),
                 "entries_tail": list(self.entries_tail),
                 "documents": dict(self.documents),
                 "tasks": dict(self.tasks),
@@ -89,13 +97,8 @@ def check(state: SessionState, commit: Commit) -> None:
     """Raise if ``commit`` cannot follow ``state``; never changes ``state``."""
     _check_entries(commit)
     _check_documents(state, commit.documents)
-    _check_revisions("task", {t.id: t.rev for t in state.tasks.values()}, commit.tasks, state)
-    _check_revisions(
-        "submission",
-        {s.request_id: s.rev for s in state.submissions.values()},
-        commit.submissions,
-        state,
-    )
+    _check_revisions("task", state.tasks, commit.tasks)
+    _check_revisions("submission", state.submissions, commit.submissions)
     _check_outbox(state, commit)
     _check_applied(state, commit)
 
@@ -116,6 +119,9 @@ def apply(state: SessionState, record: CommitRecord) -> None:
         state.documents[write.name] = _write_document(
             state.documents.get(write.name), write, record.committed_at
         )
+    open_tasks, open_submissions = _open_deltas(state, commit)
+    state._open_tasks += open_tasks
+    state._open_submissions += open_submissions
     for task in commit.tasks:
         state.tasks[task.id] = task
     for submission in commit.submissions:
@@ -132,14 +138,27 @@ def apply(state: SessionState, record: CommitRecord) -> None:
 
 def active_after(state: SessionState, commit: Commit) -> bool:
     """Whether ``state`` will be active once ``commit`` is applied, without applying it."""
-    done = set(commit.outbox_done)
-    if commit.outbox or any(message_id not in done for message_id in state.outbox):
+    if commit.outbox:
         return True
-    tasks = {**state.tasks, **{task.id: task for task in commit.tasks}}
-    if any(not task.is_terminal for task in tasks.values()):
+    done = sum(1 for message_id in set(commit.outbox_done) if message_id in state.outbox)
+    if len(state.outbox) > done:
         return True
-    subs = {**state.submissions, **{s.request_id: s for s in commit.submissions}}
-    return any(not sub.status.is_final for sub in subs.values())
+    open_tasks, open_submissions = _open_deltas(state, commit)
+    return state._open_tasks + open_tasks > 0 or state._open_submissions + open_submissions > 0
+
+
+def _open_deltas(state: SessionState, commit: Commit) -> tuple[int, int]:
+    """How ``commit`` changes the counts of open tasks and open submissions."""
+    tasks = 0
+    for task in commit.tasks:
+        before = state.tasks.get(task.id)
+        tasks += (not task.is_terminal) - (before is not None and not before.is_terminal)
+    subs = 0
+    for sub in commit.submissions:
+        previous = state.submissions.get(sub.request_id)
+        was_open = previous is not None and not previous.status.is_final
+        subs += (not sub.status.is_final) - was_open
+    return tasks, subs
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -162,9 +181,12 @@ def _check_entries(commit: Commit) -> None:
 
 
 def _check_documents(state: SessionState, writes: tuple[DocumentWrite, ...]) -> None:
-    versions = {name: doc.version for name, doc in state.documents.items()}
+    versions: dict[str, int] = {}
     for write in writes:
-        current = versions.get(write.name, 0)
+        if write.name not in versions:
+            existing = state.documents.get(write.name)
+            versions[write.name] = 0 if existing is None else existing.version
+        current = versions[write.name]
         if isinstance(write, DocumentPatch) and current == 0:
             raise NotFound(f"document {write.name!r} does not exist; create it with a put")
         if write.expected_version is not None and write.expected_version != current:
@@ -180,9 +202,8 @@ def _check_documents(state: SessionState, writes: tuple[DocumentWrite, ...]) -> 
 
 def _check_revisions(
     what: str,
-    current: dict[str, int],
+    current: dict[str, Task] | dict[str, Submission],
     records: tuple[Task, ...] | tuple[Submission, ...],
-    state: SessionState,
 ) -> None:
     seen: set[str] = set()
     for record in records:
@@ -190,7 +211,8 @@ def _check_revisions(
         if key in seen:
             raise InvalidInput(f"{what} {key!r} appears twice in one commit")
         seen.add(key)
-        have = current.get(key)
+        existing = current.get(key)
+        have = None if existing is None else existing.rev
         if record.rev == 1 and have is not None:
             raise AlreadyExists(f"{what} {key!r} already exists (rev {have})", key=key)
         if record.rev > 1 and have != record.rev - 1:
@@ -201,14 +223,12 @@ def _check_revisions(
                 rev=record.rev,
                 current=have,
             )
-        if have is not None and _is_final(state, what, key):
+        if existing is not None and _is_final(existing):
             raise InvalidTransition(f"{what} {key!r} is final and cannot change", key=key)
 
 
-def _is_final(state: SessionState, what: str, key: str) -> bool:
-    if what == "task":
-        return state.tasks[key].is_terminal
-    return state.submissions[key].status.is_final
+def _is_final(record: Task | Submission) -> bool:
+    return record.is_terminal if isinstance(record, Task) else record.status.is_final
 
 
 def _check_outbox(state: SessionState, commit: Commit) -> None:

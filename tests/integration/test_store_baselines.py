@@ -79,7 +79,7 @@ async def replay_everything(location: StoreLocation, session_id: str) -> Session
 
 
 async def comparable(state: SessionState, handle: SessionHandle | None = None) -> dict[str, Any]:
-    fields = state.model_dump(exclude={"entry_segments", "entries_tail"})
+    fields = state.model_dump(exclude={"entry_index", "entries_archived", "entries_tail"})
     fields["entries"] = (
         [e.model_dump() for e in await handle.entries()]
         if handle is not None

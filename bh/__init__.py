@@ -1,0 +1,1 @@
+"""``bh``: the operators' command line of brainhands."""

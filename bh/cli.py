@@ -1,0 +1,18 @@
+"""The ``bh`` command: one entry point for operators and developers."""
+
+from __future__ import annotations
+
+import typer
+
+from bh import devstack, store_commands
+
+app = typer.Typer(
+    help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
+    no_args_is_help=True,
+)
+app.add_typer(devstack.app, name="dev", help="Start and stop local infrastructure.")
+app.add_typer(store_commands.app, name="store")
+
+
+def main() -> None:
+    app()
