@@ -27,7 +27,8 @@ from typing import Any
 
 from bench.stats import median, ms, percentile
 from contracts import Commit, CommitRecord
-from session_store import SessionStore, open_backend, open_store
+from session_store import SessionStore, StoreSettings, open_backend, open_store
+from session_store.backend import Backend
 from session_store.backends.aws import open_client
 from tests.support.builders import small_commit
 
@@ -47,6 +48,7 @@ def location(kind: str, workdir: Path) -> str:
 async def raw_floor(kind: str, workdir: Path, stack: AsyncExitStack) -> Raw:
     """A function doing the backend's bare create-once write, nothing else."""
     counter = iter(range(10**9))
+    run = uuid.uuid4().hex[:8]
     endpoint = os.environ.get("BH_AWS_ENDPOINT_URL", "http://127.0.0.1:15000")
     if kind == "sqlite":
         db = sqlite3.connect(workdir / "raw.db", isolation_level=None)
@@ -63,7 +65,7 @@ async def raw_floor(kind: str, workdir: Path, stack: AsyncExitStack) -> Raw:
         s3 = await open_client("s3", stack, endpoint_url=endpoint, region=None)
 
         async def s3_raw(data: bytes) -> None:
-            key = f"raw/{next(counter):016d}"
+            key = f"raw-{run}/{next(counter):016d}"
             await s3.put_object(Bucket="bh-bench", Key=key, Body=data, IfNoneMatch="*")
 
         return s3_raw
@@ -116,22 +118,59 @@ async def commit_latency(kind: str, workdir: Path, commits: int, repeats: int) -
         return result
 
 
+class CountingBackend:
+    """Counts backend calls and bytes read: a load's cost independent of server speed."""
+
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.max_item_bytes = inner.max_item_bytes
+        self.description = inner.description
+        self.calls = 0
+        self.bytes_read = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            result = await method(*args, **kwargs)
+            self.bytes_read += _size(result)
+            return result
+
+        return counted
+
+
+def _size(result: Any) -> int:
+    if isinstance(result, bytes):
+        return len(result)
+    if isinstance(result, list | tuple):
+        return sum(_size(part) for part in result)
+    return 0
+
+
 async def load_times(
     kind: str, workdir: Path, sizes: list[int], repeats: int, every: int
-) -> dict[int, float]:
+) -> dict[int, dict[str, float]]:
     url = location(kind, workdir)
     writer = await open_store(url, create=True, baseline_every=every)
-    reader = await open_store(url, read_only=True)
+    counting = CountingBackend(await open_backend(url, read_only=True))
+    reader = SessionStore(counting, StoreSettings(read_only=True))  # type: ignore[arg-type]
     handle = await writer.session("history")
     current = None
-    times: dict[int, float] = {}
+    times: dict[int, dict[str, float]] = {}
     try:
         for size in sizes:
             while handle.seq < size:
                 commit, current = small_commit(handle.seq, current)
                 await handle.commit(commit, fence=1)
             await writer.flush()
-            times[size] = await _median_load(reader, "history", repeats)
+            counting.calls = counting.bytes_read = 0
+            seconds = await _median_load(reader, "history", repeats)
+            times[size] = {
+                "seconds": seconds,
+                "calls": counting.calls / repeats,
+                "bytes": counting.bytes_read / repeats,
+            }
     finally:
         await writer.close()
         await reader.close()
@@ -178,8 +217,9 @@ async def main() -> None:
                     kind, workdir, sizes, args.repeats, 10**9
                 )
             print_report(report, kind)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    out = Path(args.out)
+    await asyncio.to_thread(out.parent.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(out.write_text, json.dumps(report, indent=2))
 
 
 def print_report(report: dict[str, Any], kind: str) -> None:
@@ -189,16 +229,18 @@ def print_report(report: dict[str, Any], kind: str) -> None:
         f"{ms(c['raw_p50'])} ms  p99 {ms(c['raw_p99'])} ms | ratio p50 {c['ratio_p50']:.2f}x"
         f" | record {c['record_bytes']} B"
     )
-    load = report["load"][kind]
-    sizes = sorted(load)
-    cells = "  ".join(f"{size}: {ms(load[size])} ms" for size in sizes)
-    print(
-        f"{kind:9} load   {cells}  | ratio {sizes[-1]}:{sizes[0]} = {load[sizes[-1]] / load[sizes[0]]:.2f}"
-    )
-    if kind in report["load_no_baselines"]:
-        plain = report["load_no_baselines"][kind]
-        cells = "  ".join(f"{size}: {ms(plain[size])} ms" for size in sizes)
-        print(f"{kind:9} load without baselines  {cells}")
+    for title, key in (("load", "load"), ("load, no baselines", "load_no_baselines")):
+        load = report[key].get(kind)
+        if not load:
+            continue
+        sizes = sorted(load)
+        cells = "  ".join(
+            f"{size}: {ms(load[size]['seconds'])} ms, {load[size]['calls']:.0f} calls, "
+            f"{load[size]['bytes'] / 1024:.1f} KiB"
+            for size in sizes
+        )
+        ratio = load[sizes[-1]]["seconds"] / load[sizes[0]]["seconds"]
+        print(f"{kind:9} {title}: {cells} | time ratio {sizes[-1]}:{sizes[0]} = {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import Field, StringConstraints
 
 from contracts.model import Frozen
 
@@ -12,8 +12,17 @@ Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class BlobRef(Frozen):
-    """A blob by its SHA-256 digest; the same bytes always give the same reference."""
+    """A blob by its SHA-256 digest; the same bytes always give the same reference.
+
+    The store keeps a blob in pieces of ``chunk_bytes``; knowing it, a reader fetches all
+    pieces at once without listing them.
+    """
 
     digest: Digest
-    size: int
+    size: int = Field(ge=0)
     media_type: str = "application/octet-stream"
+    chunk_bytes: int = Field(ge=1)
+
+    @property
+    def chunks(self) -> int:
+        return max(1, -(-self.size // self.chunk_bytes))

@@ -32,21 +32,28 @@ class BlobStore:
                 size=len(data),
                 limit=self._max_blob_bytes,
             )
-        ref = BlobRef(
-            digest=hashlib.sha256(data).hexdigest(), size=len(data), media_type=media_type
-        )
         step = self._chunk_bytes
         chunks = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
-        await asyncio.gather(
-            *(self._create_chunk(ref.digest, n, chunk) for n, chunk in enumerate(chunks))
+        ref = BlobRef(
+            digest=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            media_type=media_type,
+            chunk_bytes=step,
         )
+        await asyncio.gather(*(self._create_chunk(ref, n, chunk) for n, chunk in enumerate(chunks)))
         return ref
 
     async def get(self, ref: BlobRef) -> bytes:
-        items = await self._backend.items(layout.blob_partition(ref.digest))
-        if not items:
+        partition = layout.blob_partition(ref.digest)
+        pieces = await asyncio.gather(
+            *(
+                self._backend.get(partition, layout.chunk_item(ref.chunk_bytes, n))
+                for n in range(ref.chunks)
+            )
+        )
+        if all(piece is None for piece in pieces):
             raise NotFound(f"blob {ref.digest} is not in the store", digest=ref.digest)
-        data = b"".join(value for _, value in items)
+        data = b"".join(piece or b"" for piece in pieces)
         if len(data) != ref.size or hashlib.sha256(data).hexdigest() != ref.digest:
             raise CorruptRecord(
                 f"blob {ref.digest} is incomplete or damaged ({len(data):,} of "
@@ -55,9 +62,9 @@ class BlobStore:
             )
         return data
 
-    async def _create_chunk(self, digest: str, index: int, chunk: bytes) -> None:
+    async def _create_chunk(self, ref: BlobRef, index: int, chunk: bytes) -> None:
         # Same address, same bytes: an earlier or concurrent put may have written it.
         with contextlib.suppress(ItemExists):
             await self._backend.create(
-                layout.blob_partition(digest), layout.chunk_item(index), chunk
+                layout.blob_partition(ref.digest), layout.chunk_item(ref.chunk_bytes, index), chunk
             )

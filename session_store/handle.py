@@ -104,21 +104,35 @@ class SessionHandle:
     async def write_baseline(self) -> int:
         """Write a baseline of the current state now; returns its seq."""
         snapshot = self._state.snapshot()
-        before = (self._state.entry_index, self._state.entries_archived)
-        await self._baselines.write(snapshot)
-        self._forget_archived(before, snapshot)
+        await self._write_baseline(
+            snapshot, (self._state.entry_index, self._state.entries_archived)
+        )
         return snapshot.seq
 
     def schedule_baseline(self) -> None:
-        """Write a baseline in the background; losing it costs only load time."""
-        if self._state.seq > 0:
-            self._spawn(asyncio.ensure_future(self._background_baseline()))
+        """Write a baseline of the state as it is now, in the background.
 
-    async def _background_baseline(self) -> None:
+        Losing it costs only load time. The snapshot is taken here, so the baseline is
+        of exactly this seq however late the background write runs.
+        """
+        if self._state.seq > 0:
+            snapshot = self._state.snapshot()
+            archive = (self._state.entry_index, self._state.entries_archived)
+            self._spawn(asyncio.ensure_future(self._background_baseline(snapshot, archive)))
+
+    async def _background_baseline(
+        self, snapshot: SessionState, before: tuple[BlobRef | None, int]
+    ) -> None:
         try:
-            await self.write_baseline()
+            await self._write_baseline(snapshot, before)
         except Exception:  # a baseline is an optimisation: log and carry on
             log.warning("baseline of session %s failed", self.session_id, exc_info=True)
+
+    async def _write_baseline(
+        self, snapshot: SessionState, before: tuple[BlobRef | None, int]
+    ) -> None:
+        await self._baselines.write(snapshot)
+        self._forget_archived(before, snapshot)
 
     def _forget_archived(self, before: tuple[BlobRef | None, int], snapshot: SessionState) -> None:
         # Drop archived entries from memory, unless another baseline of this handle

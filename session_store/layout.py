@@ -7,7 +7,7 @@ partition                               item                        value
 ``session/<sid>/base``                  seq, 16 digits              BaselineRecord (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
 ``index/active/<shard>``                session id                  empty (index)
-``blob/<sha256>``                       chunk number, 6 digits      raw bytes
+``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
 ======================================  ==========================  =====================
@@ -31,8 +31,10 @@ def rev_item(rev: int) -> str:
     return f"{rev:010d}"
 
 
-def chunk_item(index: int) -> str:
-    return f"{index:06d}"
+def chunk_item(chunk_bytes: int, index: int) -> str:
+    # The chunk size is part of the name: writers with different chunk sizes never
+    # collide on a piece of the same blob.
+    return f"{chunk_bytes}.{index:06d}"
 
 
 def log_partition(session_id: str) -> str:

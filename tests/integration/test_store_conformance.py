@@ -255,11 +255,11 @@ async def test_blobs_are_content_addressed_and_chunked(location: StoreLocation) 
     big_data = bytes(range(256)) * (3 * 64 * 1024 // 256 + 7)
     big = await store.put_blob(big_data)
     chunks = await store.backend.keys(layout.blob_partition(big.digest))
-    assert len(chunks) == 4
+    assert len(chunks) == big.chunks == 4
     assert await store.get_blob(big) == big_data
     assert await store.get_blob(small) == b"hello"
     with pytest.raises(NotFound):
-        await store.get_blob(BlobRef(digest="0" * 64, size=1))
+        await store.get_blob(BlobRef(digest="0" * 64, size=1, chunk_bytes=1024))
 
 
 async def test_blob_larger_than_any_backend_item_round_trips(location: StoreLocation) -> None:
@@ -285,7 +285,9 @@ async def test_oversized_blob_and_record_are_refused_with_the_limit(
 async def test_damaged_blob_is_reported_not_returned(location: StoreLocation) -> None:
     store = await location.open()
     ref = await store.put_blob(b"original")
-    await store.backend.put(layout.blob_partition(ref.digest), layout.chunk_item(0), b"tampered")
+    await store.backend.put(
+        layout.blob_partition(ref.digest), layout.chunk_item(ref.chunk_bytes, 0), b"tampered"
+    )
     with pytest.raises(CorruptRecord):
         await store.get_blob(ref)
 
@@ -437,3 +439,11 @@ async def test_missing_bucket_or_table_is_a_clear_error(location: StoreLocation)
     with pytest.raises(StoreMissing) as raised:
         await open_store(url, read_only=location.kind == "sqlite")
     assert "does not exist" in raised.value.message and "bh store init" in raised.value.message
+
+
+async def test_writers_with_different_chunk_sizes_share_blobs(location: StoreLocation) -> None:
+    small, large = await location.open(blob_chunk_bytes=1024), await location.open()
+    data = bytes(range(256)) * 40
+    by_small, by_large = await small.put_blob(data), await large.put_blob(data)
+    assert by_small.digest == by_large.digest and by_small.chunks == 10
+    assert await large.get_blob(by_small) == data == await small.get_blob(by_large)
