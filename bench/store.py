@@ -166,10 +166,12 @@ async def load_times(
             await writer.flush()
             counting.calls = counting.bytes_read = 0
             seconds = await _median_load(reader, "history", repeats)
+            calls, read = counting.calls / repeats, counting.bytes_read / repeats
             times[size] = {
                 "seconds": seconds,
-                "calls": counting.calls / repeats,
-                "bytes": counting.bytes_read / repeats,
+                "calls": calls,
+                "bytes": read,
+                "empty_call": await _median_empty_call(counting, repeats),
             }
     finally:
         await writer.close()
@@ -184,6 +186,21 @@ async def _median_load(store: SessionStore, session_id: str, repeats: int) -> fl
         loaded = await store.session(session_id)
         samples.append(time.perf_counter() - started)
         assert loaded.seq > 0
+    return median(samples)
+
+
+async def _median_empty_call(backend: CountingBackend, repeats: int) -> float:
+    """The engine's cost of one listing call on an empty partition at this data size.
+
+    The test servers scan whole tables and buckets on every listing call (moto), so
+    their per-call time grows with the data held; real engines index it. Dividing a
+    load's time by this figure, measured in the same run, separates the two.
+    """
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await backend.keys("bench/empty")
+        samples.append(time.perf_counter() - started)
     return median(samples)
 
 
@@ -241,6 +258,12 @@ def print_report(report: dict[str, Any], kind: str) -> None:
         )
         ratio = load[sizes[-1]]["seconds"] / load[sizes[0]]["seconds"]
         print(f"{kind:9} {title}: {cells} | time ratio {sizes[-1]}:{sizes[0]} = {ratio:.2f}")
+        per_call = [load[size]["seconds"] / load[size]["empty_call"] for size in sizes]
+        floors = "  ".join(f"{size}: {ms(load[size]['empty_call'])} ms" for size in sizes)
+        print(
+            f"{kind:9} {title}: empty-partition call {floors} | load / empty call "
+            f"{'  '.join(f'{x:.1f}' for x in per_call)} | ratio {per_call[-1] / per_call[0]:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,121 @@
+"""The Docker engine: install ``docker.io`` when missing, run ``dockerd``, probe its socket.
+
+dockerd is started with its default storage driver first; where that cannot work (e.g.
+overlayfs inside an overlayfs container) the stack retries with ``--storage-driver=vfs``,
+which is slow but works everywhere. Only root may install or start it; otherwise the
+failure says so and what to run instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from bh.devstack import binaries, probe
+from bh.devstack.config import DevConfig
+from bh.devstack.errors import DevstackError
+from bh.devstack.process import Argv, log_tail
+from bh.devstack.service import Service
+from bh.devstack.state import StateDir
+
+VFS_FALLBACK = "--storage-driver=vfs"
+_SKIP_HINT = "or skip it with `bh dev up --without docker`"
+_APT_TIMEOUT_S = 900
+
+
+def service(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> Service:
+    """The Docker engine as a dev service, listening on ``config.docker_socket``."""
+    socket = config.docker_socket
+    log = state.log("docker")
+    return Service(
+        name="docker",
+        address=f"unix://{socket}",
+        ports=(),
+        launches=lambda: launches(socket),
+        ready=lambda: is_up(socket),
+        exports={"DOCKER_HOST": f"unix://{socket}"},
+        log_path=log,
+        pid_path=state.pidfile("docker"),
+        ready_timeout=timedelta(seconds=60),
+        stop_timeout=timedelta(seconds=30),
+        prepare=lambda: prepare(log, say),
+        detail=lambda: f"storage driver {storage_driver(socket) or '?'}",
+        child_env={"PATH": binaries.system_path()},
+    )
+
+
+def is_up(socket: Path) -> bool:
+    """True if a Docker engine answers ``/_ping`` on ``socket`` (what `docker info` needs)."""
+    return probe.unix_http_status(socket, "/_ping") == 200
+
+
+def storage_driver(socket: Path) -> str | None:
+    info = probe.unix_http_json(socket, "/info")
+    return str(info["Driver"]) if isinstance(info, dict) and "Driver" in info else None
+
+
+def launches(socket: Path) -> tuple[Argv, ...]:
+    """dockerd with the default storage driver, then the vfs fallback."""
+    dockerd = binaries.dockerd()
+    if dockerd is None:
+        raise DevstackError(f"dockerd not found: install docker.io ({_SKIP_HINT})")
+    # The default socket needs no --host flag, which would clash with a daemon.json "hosts".
+    host = () if socket == Path("/var/run/docker.sock") else (f"--host=unix://{socket}",)
+    base = (str(dockerd), *host)
+    return (base, (*base, VFS_FALLBACK))
+
+
+def prepare(log: Path, say: Callable[[str], None]) -> None:
+    """Install docker.io if dockerd is missing; make sure we may start it."""
+    if os.geteuid() != 0:
+        raise DevstackError(
+            "the Docker engine is not running and only root can install or start dockerd: "
+            f"start it yourself (e.g. `sudo systemctl start docker`) {_SKIP_HINT}"
+        )
+    if binaries.dockerd() is None:
+        say(f"docker: dockerd missing, installing docker.io with apt-get (output in {log})")
+        install_docker_io(log)
+
+
+def install_docker_io(log: Path) -> None:
+    """``apt-get install docker.io`` non-interactively, its output appended to ``log``."""
+    apt_get = shutil.which("apt-get", path=binaries.system_path())
+    if apt_get is None:
+        raise DevstackError(f"dockerd not found and no apt-get to install it ({_SKIP_HINT})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    wait_for_lock = ("-o", "DPkg::Lock::Timeout=300")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for argv in (
+        (apt_get, *wait_for_lock, "update"),
+        (apt_get, *wait_for_lock, "install", "-y", "docker.io"),
+    ):
+        _run_logged(argv, log, env)
+    if binaries.dockerd() is None:
+        raise DevstackError(f"docker.io was installed but dockerd is still missing; see {log}")
+
+
+def _run_logged(argv: Argv, log: Path, env: dict[str, str]) -> None:
+    with log.open("a") as out:
+        out.write(f"--- bh dev: running {shlex.join(argv)}\n")
+        out.flush()
+        try:
+            code = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=_APT_TIMEOUT_S,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
+    if code != 0:
+        raise DevstackError(
+            f"`{shlex.join(argv)}` failed (exit {code}); last lines of {log}:\n{log_tail(log)}"
+        )

@@ -1,0 +1,1 @@
+"""Brain workers: run task phases and inference, commit outcomes. (Later issue.)"""

@@ -1,0 +1,1 @@
+"""Hands executors: run tools in sandboxes keyed by operation id. (Later issue.)"""

@@ -1,0 +1,1 @@
+"""Scheduler: fenced leases in Redis, wake jobs on RQ, the reconciler. (Later issue.)"""
