@@ -24,7 +24,11 @@ without the caller changing anything but its view of the world (reload, back off
     ├── LeaseLost                        lease_lost           terminal for that lease
     ├── StoreUnavailable                 store_unavailable    retryable
     ├── SandboxTimeout                   sandbox_timeout      terminal for that run
-    └── ToolFailed                       tool_failed          terminal for that run
+    ├── ToolFailed                       tool_failed          terminal for that run
+    ├── OutcomeUnknown                   outcome_unknown      verify before any retry
+    ├── ModelUnavailable                 model_unavailable    retryable
+    ├── ModelRejected                    model_rejected       terminal for that request
+    └── TaskBlocked                      task_blocked         until a compatible Brain runs
 
 Third-party exceptions (sqlite3, botocore, redis, nats, docker) are translated into this
 tree inside the backend module that calls the library, never further out.
@@ -142,6 +146,29 @@ class SandboxTimeout(BrainhandsError):
 
 class ToolFailed(BrainhandsError):
     code = "tool_failed"
+
+
+class OutcomeUnknown(BrainhandsError):
+    """An external action may or may not have happened (e.g. its response was lost).
+
+    Never retried blindly: replay-safe tools re-run with the same operation id, others
+    are verified by their query entry point or parked as uncertain.
+    """
+
+    code = "outcome_unknown"
+
+
+class ModelUnavailable(BrainhandsError):
+    code = "model_unavailable"
+    retryable = True
+
+
+class ModelRejected(BrainhandsError):
+    code = "model_rejected"
+
+
+class TaskBlocked(BrainhandsError):
+    code = "task_blocked"
 
 
 def _subclasses(root: type[BrainhandsError]) -> list[type[BrainhandsError]]:
