@@ -34,11 +34,19 @@ class DocumentPut(Frozen):
 
 
 class DocumentPatch(Frozen):
-    """Change part of an existing document with an RFC 7396 JSON merge patch."""
+    """Change part of a document with an RFC 7396 JSON merge patch.
+
+    A missing document is an error, unless ``create`` is set: then the patch applies to
+    an empty object. Patches commute with concurrent writers of other members, which is
+    what lets unfenced writers (e.g. a cancel request) and the lease holder share one
+    document.
+    """
 
     op: Literal["patch"] = "patch"
     name: Identifier
+    kind: str = "json"
     patch: dict[str, JsonValue]
+    create: bool = False
     expected_version: int | None = None
 
 

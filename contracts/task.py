@@ -58,7 +58,10 @@ class Task(Frozen):
     ``rev`` counts this record's revisions (1 on creation, +1 on every update in a
     commit); ``version`` is the version of the handler code for ``kind``.
     ``attempts`` counts starts of the current ``phase``; the kernel resets it when the
-    phase changes.
+    phase changes. ``memo`` is the task's own durable scratch data, carried from phase
+    to phase. A ``completing`` task has decided its ``outcome`` and waits for the tasks
+    it owns to settle. ``settled_by`` names the runner incarnation that decided the
+    outcome.
     """
 
     id: Identifier
@@ -74,11 +77,13 @@ class Task(Frozen):
     retry_at: AwareDatetime | None = None
     wait: WaitCondition | None = None
     sleep: SleepCondition | None = None
+    memo: dict[str, JsonValue] = Field(default_factory=dict)
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None
     error: ErrorInfo | None = None
     reason: str | None = None
+    settled_by: str | None = None
     created_at: AwareDatetime = Field(default_factory=utcnow)
     updated_at: AwareDatetime = Field(default_factory=utcnow)
 
@@ -88,8 +93,9 @@ class Task(Frozen):
             raise ValueError("a task has a wait condition exactly when it is waiting")
         if (self.status is TaskStatus.SLEEPING) != (self.sleep is not None):
             raise ValueError("a task has a sleep condition exactly when it is sleeping")
-        if (self.status is TaskStatus.TERMINAL) != (self.outcome is not None):
-            raise ValueError("a task has an outcome exactly when it is terminal")
+        decided = self.status in (TaskStatus.TERMINAL, TaskStatus.COMPLETING)
+        if decided != (self.outcome is not None):
+            raise ValueError("a task has an outcome exactly when it is completing or terminal")
         return self
 
     @property

@@ -187,8 +187,11 @@ def _check_documents(state: SessionState, writes: tuple[DocumentWrite, ...]) -> 
             existing = state.documents.get(write.name)
             versions[write.name] = 0 if existing is None else existing.version
         current = versions[write.name]
-        if isinstance(write, DocumentPatch) and current == 0:
-            raise NotFound(f"document {write.name!r} does not exist; create it with a put")
+        if isinstance(write, DocumentPatch) and current == 0 and not write.create:
+            raise NotFound(
+                f"document {write.name!r} does not exist; create it with a put, or patch "
+                "with create=True"
+            )
         if write.expected_version is not None and write.expected_version != current:
             raise ConflictError(
                 f"document {write.name!r} is at version {current}, "
@@ -260,7 +263,6 @@ def _write_document(current: Document | None, write: DocumentWrite, at: datetime
         body = write.body
         kind = write.kind
     else:
-        assert current is not None  # checked: patches need an existing document
-        body = merge_patch(current.body, write.patch)
-        kind = current.kind
+        body = merge_patch({} if current is None else current.body, write.patch)
+        kind = write.kind if current is None else current.kind
     return Document(name=write.name, kind=kind, version=version, body=body, updated_at=at)

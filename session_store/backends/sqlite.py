@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -169,9 +170,24 @@ class SqliteBackend:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._waiting = self._new_connection(busy_ms=30_000)
         if not self._read_only:
-            self._waiting.execute("PRAGMA journal_mode = WAL")
-            self._waiting.execute(_SCHEMA)
+            self._prepare(self._waiting)
         self._inline = self._new_connection(busy_ms=0)
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        # Switching a new file to WAL takes an exclusive lock and may report "locked"
+        # without waiting for the busy handler, when several processes open the same
+        # new file at once; retry for as long as a statement would wait.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute(_SCHEMA)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _new_connection(self, *, busy_ms: int) -> sqlite3.Connection:
         mode = "ro" if self._read_only else "rwc"

@@ -160,6 +160,10 @@ async def test_documents_put_patch_and_version_guards(location: StoreLocation) -
     with pytest.raises(NotFound):
         await handle.commit(Commit(documents=(DocumentPatch(name="nope", patch={}),)), fence=None)
     assert handle.seq == 2
+    created = DocumentPatch(name="control", patch={"cancel": {"t1": "user"}}, create=True)
+    await handle.commit(Commit(documents=(created, created)), fence=None)
+    control = handle.state.documents["control"]
+    assert (control.version, control.body) == (2, {"cancel": {"t1": "user"}})
 
 
 async def test_task_revisions_are_checked(location: StoreLocation) -> None:
