@@ -82,6 +82,7 @@ __all__ = [
     "OperationStatus",
     "OutboxMessage",
     "Outcome",
+    "OutcomeUnknown",
     "PayloadTooLarge",
     "ReadOnlyStore",
     "RecordError",

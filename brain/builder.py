@@ -1,0 +1,118 @@
+"""Assembles one commit from many decisions, keeping task revisions straight.
+
+Several decisions of one kernel step may touch the same task (a cancel request and a
+phase start, say); the builder keeps one new revision per task (stored rev + 1) and
+applies later changes on top of earlier ones in the same commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from brain.outcome import Effects, TaskSpec
+from contracts import (
+    Commit,
+    DocumentWrite,
+    Entry,
+    OutboxMessage,
+    Submission,
+    Task,
+)
+from session_store import SessionState
+
+
+class CommitBuilder:
+    def __init__(self, state: SessionState, now: datetime) -> None:
+        self._state = state
+        self.now = now
+        self._tasks: dict[str, Task] = {}
+        self._submissions: dict[str, Submission] = {}
+        self._entries: list[Entry] = []
+        self._documents: list[DocumentWrite] = []
+        self._outbox: list[OutboxMessage] = []
+        self._applied: list[str] = []
+
+    def task(self, task_id: str) -> Task:
+        """The task as this commit will leave it (so far)."""
+        return self._tasks.get(task_id) or self._state.tasks[task_id]
+
+    def tasks(self) -> list[Task]:
+        return list(self.tasks_by_id().values())
+
+    def tasks_by_id(self) -> dict[str, Task]:
+        merged = dict(self._state.tasks)
+        merged.update(self._tasks)
+        return merged
+
+    def state_view(self) -> SessionState:
+        """The session as this commit would leave it, for planning (tasks and
+        submissions only; everything else as stored)."""
+        if not self._tasks and not self._submissions:
+            return self._state
+        return self._state.model_copy(
+            update={
+                "tasks": self.tasks_by_id(),
+                "submissions": {**self._state.submissions, **self._submissions},
+            }
+        )
+
+    def update(self, task_id: str, **changes: Any) -> Task:
+        current = self.task(task_id)
+        stored = self._state.tasks.get(task_id)
+        rev = current.rev if task_id in self._tasks else current.rev + 1
+        if stored is None:  # created in this very commit
+            rev = 1
+        updated = Task.model_validate(
+            {**current.model_dump(), **changes, "rev": rev, "updated_at": self.now}
+        )
+        self._tasks[task_id] = updated
+        return updated
+
+    def create(self, spec: TaskSpec, *, parent_id: str | None, owner_id: str | None = None) -> Task:
+        task = Task(
+            id=spec.id,
+            kind=spec.kind,
+            version=spec.version,
+            input=spec.input,
+            phase=spec.phase,
+            parent_id=parent_id,
+            owner_id=owner_id,
+            created_at=self.now,
+            updated_at=self.now,
+        )
+        self._tasks[task.id] = task
+        return task
+
+    def submission(self, request_id: str) -> Submission:
+        return self._submissions.get(request_id) or self._state.submissions[request_id]
+
+    def find_submission(self, request_id: str) -> Submission | None:
+        return self._submissions.get(request_id) or self._state.submissions.get(request_id)
+
+    def update_submission(self, request_id: str, **changes: Any) -> Submission:
+        current = self.submission(request_id)
+        rev = current.rev if request_id in self._submissions else current.rev + 1
+        updated = Submission.model_validate(
+            {**current.model_dump(), **changes, "rev": rev, "updated_at": self.now}
+        )
+        self._submissions[request_id] = updated
+        return updated
+
+    def add(self, effects: Effects, *, parent_id: str) -> None:
+        self._entries.extend(effects.entries)
+        self._documents.extend(effects.documents)
+        self._outbox.extend(effects.outbox)
+        self._applied.extend(effects.applied_operations)
+        for spec in effects.spawn:
+            self.create(spec, parent_id=parent_id)
+
+    def build(self) -> Commit:
+        return Commit(
+            entries=tuple(self._entries),
+            documents=tuple(self._documents),
+            tasks=tuple(self._tasks.values()),
+            submissions=tuple(self._submissions.values()),
+            outbox=tuple(self._outbox),
+            applied_operations=tuple(self._applied),
+        )

@@ -1,0 +1,170 @@
+"""The task state machine's transitions, as pure edits of a commit being built.
+
+Each function records one decision about one task in a ``CommitBuilder``; the runner
+commits the result atomically. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brain.builder import CommitBuilder
+from brain.outcome import Done, Fail, Next, PhaseOutcome, Retry, Sleep, Wait
+from brain.registry import TaskKind
+from contracts import ErrorInfo, Outcome, SleepCondition, Task, TaskStatus, WaitCondition
+
+_SUBMISSION_STATUS = {
+    Outcome.SUCCEEDED: "answered",
+    Outcome.FAILED: "failed",
+    Outcome.CANCELLED: "cancelled",
+}
+
+
+def start(b: CommitBuilder, task_id: str) -> Task:
+    """Intent before action: the attempt is on record before the phase runs."""
+    task = b.task(task_id)
+    return b.update(task_id, status=TaskStatus.RUNNING, attempts=task.attempts + 1, retry_at=None)
+
+
+def enter(b: CommitBuilder, task_id: str, phase: str) -> Task:
+    """Enter ``phase`` as its first attempt (after a wait, a sleep or a previous phase)."""
+    return b.update(
+        task_id,
+        status=TaskStatus.RUNNING,
+        phase=phase,
+        attempts=1,
+        wait=None,
+        sleep=None,
+        retry_at=None,
+        reason=None,
+    )
+
+
+def apply_outcome(
+    b: CommitBuilder, task_id: str, outcome: PhaseOutcome, kind: TaskKind, *, runner_id: str
+) -> bool:
+    """Record what a phase returned; True when the task continues right away."""
+    task = b.task(task_id)
+    memo = {**task.memo, **outcome.effects.memo}
+    b.add(outcome.effects, parent_id=task_id)
+    if isinstance(outcome, Next):
+        enter(b, task_id, outcome.phase)
+        b.update(task_id, memo=memo)
+        return True
+    if isinstance(outcome, Wait):
+        condition = WaitCondition(
+            tasks=outcome.tasks,
+            operations=outcome.operations,
+            join=outcome.join,
+            next_phase=outcome.next_phase,
+        )
+        b.update(
+            task_id,
+            status=TaskStatus.WAITING,
+            wait=condition,
+            attempts=0,
+            memo=memo,
+            reason=outcome.reason,
+        )
+    elif isinstance(outcome, Sleep):
+        condition_ = SleepCondition(until=outcome.until, next_phase=outcome.next_phase)
+        b.update(task_id, status=TaskStatus.SLEEPING, sleep=condition_, attempts=0, memo=memo)
+    elif isinstance(outcome, Done):
+        decide(b, task_id, Outcome.SUCCEEDED, runner_id=runner_id, result=outcome.result, memo=memo)
+    elif isinstance(outcome, Fail):
+        decide(b, task_id, Outcome.FAILED, runner_id=runner_id, error=outcome.error, memo=memo)
+    else:
+        _retry(b, task_id, outcome, kind, runner_id=runner_id, memo=memo)
+    return False
+
+
+def decide(
+    b: CommitBuilder, task_id: str, outcome: Outcome, *, runner_id: str, **fields: Any
+) -> Task:
+    """The task's own outcome is decided: terminal now, or completing while tasks it owns
+    are still open (those are asked to stop unless the task succeeded)."""
+    open_children = [t for t in b.tasks() if t.parent_id == task_id and not t.is_terminal]
+    if outcome is not Outcome.SUCCEEDED:
+        for child in open_children:
+            request_cancel(b, child.id, f"owner {task_id} {outcome.value}")
+    status = TaskStatus.COMPLETING if open_children else TaskStatus.TERMINAL
+    task = b.update(
+        task_id,
+        status=status,
+        outcome=outcome,
+        settled_by=runner_id,
+        wait=None,
+        sleep=None,
+        retry_at=None,
+        **fields,
+    )
+    if status is TaskStatus.TERMINAL:
+        settle_owner(b, task)
+    return task
+
+
+def finish(b: CommitBuilder, task_id: str) -> None:
+    """A completing task's owned tasks have all settled: it becomes terminal."""
+    settle_owner(b, b.update(task_id, status=TaskStatus.TERMINAL))
+
+
+def request_cancel(b: CommitBuilder, task_id: str, reason: str) -> None:
+    """Ask a task and everything below it to stop. Asking twice changes nothing."""
+    children: dict[str, list[str]] = {}
+    for task in b.tasks():
+        if task.parent_id is not None:
+            children.setdefault(task.parent_id, []).append(task.id)
+    pending = [task_id]
+    while pending:
+        current = b.task(pending.pop())
+        if not current.is_terminal and not current.cancel_requested:
+            b.update(current.id, cancel_requested=True, reason=current.reason or reason)
+        pending.extend(children.get(current.id, ()))
+
+
+def settle_cancelled(b: CommitBuilder, task_id: str, *, runner_id: str) -> None:
+    task = b.task(task_id)
+    decide(b, task_id, Outcome.CANCELLED, runner_id=runner_id, reason=task.reason or "cancelled")
+
+
+def fail(b: CommitBuilder, task_id: str, error: ErrorInfo, *, runner_id: str) -> None:
+    decide(b, task_id, Outcome.FAILED, runner_id=runner_id, error=error)
+
+
+def settle_owner(b: CommitBuilder, task: Task) -> None:
+    """A root task that settles answers the submission it was created for, in the same
+    commit."""
+    if task.parent_id is not None or task.owner_id is None or task.outcome is None:
+        return
+    submission = b.find_submission(task.owner_id)
+    if submission is None or submission.status.is_final:
+        return
+    b.update_submission(
+        task.owner_id,
+        status=_SUBMISSION_STATUS[task.outcome],
+        answer=task.result if task.outcome is Outcome.SUCCEEDED else None,
+        error=task.error,
+    )
+
+
+def _retry(
+    b: CommitBuilder, task_id: str, outcome: Retry, kind: TaskKind, *, runner_id: str, memo: Any
+) -> None:
+    task = b.task(task_id)
+    if task.attempts >= kind.max_attempts:
+        error = ErrorInfo(
+            code="attempts_exhausted",
+            message=(
+                f"phase {task.phase!r} gave up after {task.attempts} attempts: {outcome.reason}"
+            ),
+        )
+        decide(b, task_id, Outcome.FAILED, runner_id=runner_id, error=error, memo=memo)
+        return
+    delay = outcome.delay if outcome.delay is not None else kind.backoff.delay(task.attempts)
+    b.update(
+        task_id,
+        status=TaskStatus.PENDING,
+        retry_at=b.now + delay,
+        reason=outcome.reason,
+        memo=memo,
+    )

@@ -1,0 +1,93 @@
+"""What a phase handler returns: the next state of its task, as data.
+
+A handler never writes to the store. It returns one of these outcomes, and the kernel
+turns it — together with its ``Effects`` — into one atomic commit.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from contracts import DocumentWrite, Entry, ErrorInfo, JoinPolicy, OutboxMessage
+from contracts.model import AwareDatetime, Frozen, Identifier
+
+
+class TaskSpec(Frozen):
+    """A task to create in the same commit as the outcome that asks for it."""
+
+    id: Identifier
+    kind: str
+    version: int = Field(default=1, ge=1)
+    input: JsonValue = None
+    phase: str = "start"
+
+
+class Effects(Frozen):
+    """Writes that land atomically with the outcome: entries, documents, new subtasks,
+    outbox messages, applied operation results, and changes to the task's memo."""
+
+    entries: tuple[Entry, ...] = ()
+    documents: tuple[DocumentWrite, ...] = ()
+    spawn: tuple[TaskSpec, ...] = ()
+    outbox: tuple[OutboxMessage, ...] = ()
+    applied_operations: tuple[Identifier, ...] = ()
+    memo: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+NO_EFFECTS = Effects()
+
+
+class Next(Frozen):
+    """Continue with ``phase`` (the kernel runs it right away)."""
+
+    type: Literal["next"] = "next"
+    phase: str
+    effects: Effects = NO_EFFECTS
+
+
+class Wait(Frozen):
+    """Wait for tasks and/or operation results, then enter ``next_phase``."""
+
+    type: Literal["wait"] = "wait"
+    tasks: tuple[Identifier, ...] = ()
+    operations: tuple[Identifier, ...] = ()
+    join: JoinPolicy = JoinPolicy.ALL_SETTLED
+    next_phase: str
+    reason: str | None = None
+    effects: Effects = NO_EFFECTS
+
+
+class Sleep(Frozen):
+    """Sleep until ``until`` (UTC, this host's clock), then enter ``next_phase``."""
+
+    type: Literal["sleep"] = "sleep"
+    until: AwareDatetime
+    next_phase: str
+    effects: Effects = NO_EFFECTS
+
+
+class Done(Frozen):
+    type: Literal["done"] = "done"
+    result: JsonValue = None
+    effects: Effects = NO_EFFECTS
+
+
+class Fail(Frozen):
+    type: Literal["fail"] = "fail"
+    error: ErrorInfo
+    effects: Effects = NO_EFFECTS
+
+
+class Retry(Frozen):
+    """Run this phase again after a backoff (the kind's, unless ``delay`` is given)."""
+
+    type: Literal["retry"] = "retry"
+    reason: str
+    delay: timedelta | None = None
+    effects: Effects = NO_EFFECTS
+
+
+PhaseOutcome = Next | Wait | Sleep | Done | Fail | Retry

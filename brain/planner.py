@@ -1,0 +1,148 @@
+"""Which tasks can move now, and how: the task state machine as a table of rules.
+
+``plan`` looks at a session's state and returns the steps to take, without doing any of
+them. Every rule is one small function from a task to a step (or nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from brain.registry import Registry, Resolution
+from contracts import JoinPolicy, Outcome, Task, TaskStatus
+from session_store import SessionState
+
+StepKind = Literal[
+    "start",  # run the current phase (pending, or interrupted by a crash)
+    "enter",  # a wait or sleep is over: run the next phase
+    "migrate",  # bring the task to a version this Brain runs, then plan again
+    "fail_crashed",  # the phase crashed its executor too often (restart limit)
+    "fail_fast",  # a task it waits on failed under failFast
+    "finish",  # completing, and everything it owns has settled
+    "cancel",  # cancellation requested and nothing is running: settle as cancelled
+]
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    task_id: str
+    phase: str | None = None
+    culprit: str | None = None
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)
+    next_wake_at: datetime | None = None
+
+    def wake_at(self, moment: datetime) -> None:
+        if self.next_wake_at is None or moment < self.next_wake_at:
+            self.next_wake_at = moment
+
+
+def plan(
+    state: SessionState,
+    registry: Registry,
+    *,
+    now: datetime,
+    running_here: Collection[str],
+    settled_operations: Collection[str],
+) -> Plan:
+    result = Plan()
+    for task in state.tasks.values():
+        if task.is_terminal or task.id in running_here:
+            continue
+        resolution = registry.resolve(task)
+        if resolution.kind is None:
+            result.blocked[task.id] = resolution.blocked or "no handler"
+            continue
+        step = _step_for(task, resolution, state, now, settled_operations, result)
+        if step is not None:
+            result.steps.append(step)
+    return result
+
+
+def _step_for(
+    task: Task,
+    resolution: Resolution,
+    state: SessionState,
+    now: datetime,
+    settled_operations: Collection[str],
+    result: Plan,
+) -> Step | None:
+    if resolution.migrations:
+        return Step("migrate", task.id)
+    if task.status is TaskStatus.COMPLETING:
+        return _completing(task, state)
+    if task.cancel_requested:
+        return Step("cancel", task.id)
+    rule = _RULES[task.status]
+    return rule(task, resolution, state, now, settled_operations, result)
+
+
+def _pending(
+    task: Task, _r: Resolution, _s: SessionState, now: datetime, _o: Collection[str], plan_: Plan
+) -> Step | None:
+    if task.retry_at is not None and task.retry_at > now:
+        plan_.wake_at(task.retry_at)
+        return None
+    return Step("start", task.id)
+
+
+def _interrupted(task: Task, resolution: Resolution, *_: object) -> Step | None:
+    # Running in the store but not here: the process that ran it died mid-phase.
+    assert resolution.kind is not None
+    if task.attempts >= resolution.kind.max_crashes:
+        return Step("fail_crashed", task.id)
+    return Step("start", task.id)
+
+
+def _waiting(
+    task: Task,
+    _r: Resolution,
+    state: SessionState,
+    _n: datetime,
+    settled: Collection[str],
+    _p: Plan,
+) -> Step | None:
+    assert task.wait is not None
+    awaited = [state.tasks[t] for t in task.wait.tasks if t in state.tasks]
+    if task.wait.join is JoinPolicy.FAIL_FAST:
+        for other in awaited:
+            if other.is_terminal and other.outcome is not Outcome.SUCCEEDED:
+                return Step("fail_fast", task.id, culprit=other.id)
+    tasks_done = len(awaited) == len(task.wait.tasks) and all(t.is_terminal for t in awaited)
+    operations_done = all(operation in settled for operation in task.wait.operations)
+    if tasks_done and operations_done:
+        return Step("enter", task.id, phase=task.wait.next_phase)
+    return None
+
+
+def _sleeping(
+    task: Task, _r: Resolution, _s: SessionState, now: datetime, _o: Collection[str], plan_: Plan
+) -> Step | None:
+    assert task.sleep is not None
+    if task.sleep.until > now:
+        plan_.wake_at(task.sleep.until)
+        return None
+    return Step("enter", task.id, phase=task.sleep.next_phase)
+
+
+def _completing(task: Task, state: SessionState) -> Step | None:
+    owned = [t for t in state.tasks.values() if t.parent_id == task.id]
+    return Step("finish", task.id) if all(t.is_terminal for t in owned) else None
+
+
+Rule = Callable[[Task, Resolution, SessionState, datetime, Collection[str], Plan], Step | None]
+
+_RULES: dict[TaskStatus, Rule] = {
+    TaskStatus.PENDING: _pending,
+    TaskStatus.RUNNING: _interrupted,
+    TaskStatus.WAITING: _waiting,
+    TaskStatus.SLEEPING: _sleeping,
+}

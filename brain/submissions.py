@@ -1,0 +1,134 @@
+"""Submitting work to a session and waiting for its answer (the Session API's core).
+
+Ingress writers hold no lease: they commit unfenced, ordered by the log like everyone
+else, and never touch tasks. A submission is keyed by the client's ``request_id``:
+submitting the same id again returns the original submission and creates no work.
+Cancellation is a request recorded in the session's control document; the lease
+holder turns it into decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+
+from pydantic import JsonValue
+
+from brain.runner import CONTROL_DOCUMENT
+from contracts import (
+    Commit,
+    ConflictError,
+    DocumentPatch,
+    Entry,
+    EntryKind,
+    NotFound,
+    Submission,
+)
+from session_store import SessionHandle, SessionStore
+
+_RACES = 8
+
+
+class SessionClient:
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+
+    async def submit(
+        self,
+        session_id: str,
+        request_id: str,
+        input: JsonValue,
+        *,
+        conversation_id: str = "main",
+    ) -> Submission:
+        """Accept ``input`` once per ``request_id``; a repeat returns the original."""
+        handle = await self.store.session(session_id)
+        submission = Submission(request_id=request_id, conversation_id=conversation_id, input=input)
+        text = input.get("text") if isinstance(input, dict) else input
+        entries = (
+            (
+                Entry(
+                    id=f"in.{request_id}",
+                    kind=EntryKind.USER_INPUT,
+                    conversation_id=conversation_id,
+                    content=text,
+                ),
+            )
+            if text is not None
+            else ()
+        )
+        for _ in range(_RACES):
+            existing = handle.state.submissions.get(request_id)
+            if existing is not None:
+                await self._remark(handle, existing)
+                return existing
+            try:
+                await handle.commit(Commit(submissions=(submission,), entries=entries), fence=None)
+                return handle.state.submissions[request_id]
+            except ConflictError as error:
+                if error.code != ConflictError.code:
+                    raise
+                await handle.refresh()
+        raise ConflictError(f"session {session_id} is too busy to accept {request_id} now")
+
+    async def get(self, session_id: str, request_id: str) -> Submission | None:
+        handle = await self.store.session(session_id)
+        return handle.state.submissions.get(request_id)
+
+    async def wait(
+        self, session_id: str, request_id: str, *, within: timedelta = timedelta(minutes=5)
+    ) -> Submission:
+        """Poll the store until the submission is answered, failed or cancelled."""
+        handle = await self.store.session(session_id)
+        deadline = time.monotonic() + within.total_seconds()
+        delay = 0.01
+        while True:
+            submission = handle.state.submissions.get(request_id)
+            if submission is None:
+                raise NotFound(f"no submission {request_id!r} in session {session_id}")
+            if submission.status.is_final:
+                return submission
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"submission {request_id} still {submission.status.value}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            await handle.refresh()
+
+    async def cancel(
+        self,
+        session_id: str,
+        *,
+        request_id: str | None = None,
+        task_id: str | None = None,
+        reason: str = "cancelled by request",
+    ) -> None:
+        """Record a cancellation request; harmless to repeat."""
+        if (request_id is None) == (task_id is None):
+            raise ValueError("cancel needs exactly one of request_id and task_id")
+        member = "cancel_requests" if request_id is not None else "cancel_tasks"
+        patch = DocumentPatch(
+            name=CONTROL_DOCUMENT,
+            patch={member: {request_id or task_id or "": reason}},
+            create=True,
+        )
+        handle = await self.store.session(session_id)
+        for _ in range(_RACES):
+            try:
+                await handle.commit(Commit(documents=(patch,)), fence=None)
+                return
+            except ConflictError as error:
+                if error.code != ConflictError.code:
+                    raise
+                await handle.refresh()
+        raise ConflictError(f"session {session_id} is too busy to record the cancellation")
+
+    async def _remark(self, handle: SessionHandle, submission: Submission) -> None:
+        # A resubmission may follow a crash that lost the session's index marker.
+        if not submission.status.is_final:
+            await self.store.index.mark(handle.session_id)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex

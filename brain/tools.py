@@ -1,0 +1,127 @@
+"""The tool boundary: what a tool declares, and the dispatcher that runs it.
+
+A tool declares its replay policy — ``safe`` (re-running with the same operation id is
+harmless) or ``unsafe`` — and whether it has a *query* entry point that reports the
+outcome of a given operation id. The kernel uses both to recover an operation whose
+outcome is unknown (``brain.operations``). Composite tools name a task kind instead of
+running code: the kernel runs them as durable subtasks.
+
+This module's ``LocalDispatcher`` runs tools as Python coroutines in the Brain's
+process; the Hands service replaces it with sandboxed execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+import jsonschema
+from pydantic import Field, JsonValue
+
+from contracts import InvalidInput, NotFound, ReplayPolicy
+from contracts.model import Frozen
+
+
+class ToolSpec(Frozen):
+    name: str
+    version: int = 1
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    replay: ReplayPolicy = ReplayPolicy.UNSAFE
+    queryable: bool = False
+    task_kind: str | None = None
+    timeout: timedelta = timedelta(seconds=60)
+
+
+class QueryAnswer(Frozen):
+    """What a tool's query entry point knows about one operation id."""
+
+    found: bool
+    output: JsonValue = None
+
+
+class ToolDispatcher(Protocol):
+    def specs(self) -> Sequence[ToolSpec]: ...
+
+    def spec(self, name: str) -> ToolSpec | None: ...
+
+    async def run(self, name: str, args: dict[str, Any], *, operation_id: str) -> JsonValue:
+        """Run the tool once; raises ``ToolFailed`` (did not happen) or ``OutcomeUnknown``."""
+        ...
+
+    async def query(self, name: str, args: dict[str, Any], *, operation_id: str) -> QueryAnswer:
+        """Ask the tool whether the operation happened; only for queryable tools."""
+        ...
+
+
+RunFn = Callable[[dict[str, Any], str], Awaitable[JsonValue]]
+QueryFn = Callable[[dict[str, Any], str], Awaitable[QueryAnswer]]
+
+
+@dataclass(frozen=True)
+class LocalTool:
+    spec: ToolSpec
+    run: RunFn | None = None
+    query: QueryFn | None = None
+
+
+class LocalDispatcher:
+    """Tools as coroutines in this process: ``run(args, operation_id)``."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, LocalTool] = {}
+
+    def register(
+        self, spec: ToolSpec, run: RunFn | None = None, query: QueryFn | None = None
+    ) -> None:
+        if spec.name in self._tools:
+            raise InvalidInput(f"tool {spec.name!r} is registered twice")
+        if (run is None) == (spec.task_kind is None):
+            raise InvalidInput(f"tool {spec.name!r} needs either code to run or a task kind")
+        if spec.queryable and query is None:
+            raise InvalidInput(f"tool {spec.name!r} is declared queryable but has no query")
+        self._tools[spec.name] = LocalTool(
+            spec.model_copy(update={"queryable": query is not None}), run, query
+        )
+
+    def specs(self) -> Sequence[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    def spec(self, name: str) -> ToolSpec | None:
+        tool = self._tools.get(name)
+        return None if tool is None else tool.spec
+
+    async def run(self, name: str, args: dict[str, Any], *, operation_id: str) -> JsonValue:
+        tool = self._tool(name)
+        assert tool.run is not None, "composite tools run as tasks, not through run()"
+        return await tool.run(args, operation_id)
+
+    async def query(self, name: str, args: dict[str, Any], *, operation_id: str) -> QueryAnswer:
+        tool = self._tool(name)
+        if tool.query is None:
+            raise InvalidInput(f"tool {name!r} has no query entry point")
+        return await tool.query(args, operation_id)
+
+    def _tool(self, name: str) -> LocalTool:
+        tool = self._tools.get(name)
+        if tool is None:
+            raise NotFound(f"unknown tool {name!r}")
+        return tool
+
+
+def validate_arguments(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+    """The arguments as a dict, or ``InvalidInput`` saying what is wrong and where."""
+    if not isinstance(arguments, dict):
+        raise InvalidInput(f"arguments of {spec.name!r} must be a JSON object")
+    validator = jsonschema.Draft202012Validator(spec.parameters)
+    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if problems:
+        first = problems[0]
+        where = "/".join(str(part) for part in first.absolute_path) or "(top level)"
+        raise InvalidInput(
+            f"arguments of {spec.name!r} are invalid at {where}: {first.message}",
+            problems=len(problems),
+        )
+    return arguments

@@ -1,0 +1,75 @@
+"""A kernel on an embedded SQLite store, for tests of task behaviour."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from brain.context import Services
+from brain.crashpoints import CrashPoints
+from brain.embedded import run_until_idle
+from brain.registry import Registry
+from brain.runner import DriveReport, SessionRunner
+from brain.submissions import SessionClient
+from brain.tools import LocalDispatcher
+from contracts import Submission, Task, utcnow
+from session_store import SessionStore, open_store
+
+
+@dataclass
+class Kernel:
+    store: SessionStore
+    registry: Registry
+    tools: LocalDispatcher
+    client: SessionClient
+
+    def runner(self, runner_id: str | None = None) -> SessionRunner:
+        services = Services(
+            store=self.store,
+            tools=self.tools,
+            crash=CrashPoints(),
+            clock=utcnow,
+            runner_id=runner_id or uuid.uuid4().hex[:8],
+        )
+        return SessionRunner(self.store, self.registry, services)
+
+    async def run(self, session_id: str = "s1") -> DriveReport:
+        return await run_until_idle(self.runner(), session_id)
+
+    async def submit_task(
+        self, kind: str, input: object = None, *, session_id: str = "s1", request_id: str = "r1"
+    ) -> Submission:
+        return await self.client.submit(
+            session_id, request_id, {"task": {"kind": kind, "input": input}}
+        )
+
+    async def task(self, task_id: str, session_id: str = "s1") -> Task:
+        return (await self.store.session(session_id)).state.tasks[task_id]
+
+    async def submission(self, request_id: str = "r1", session_id: str = "s1") -> Submission:
+        return (await self.store.session(session_id)).state.submissions[request_id]
+
+
+@asynccontextmanager
+async def kernel(tmp_path: Path, registry: Registry | None = None) -> AsyncIterator[Kernel]:
+    store = await open_store(f"sqlite:///{tmp_path}/kernel.db")
+    try:
+        yield Kernel(store, registry or Registry(), LocalDispatcher(), SessionClient(store))
+    finally:
+        await store.close()
+
+
+async def task_history(store: SessionStore, session_id: str, task_id: str) -> list[Task]:
+    """Every revision of a task as the log recorded it, oldest first."""
+    from contracts import CommitRecord
+    from session_store import layout
+    from session_store.codec import decode
+
+    revisions = []
+    for item, data in await store.backend.items(layout.log_partition(session_id)):
+        record = decode(data, CommitRecord, where=item)
+        revisions.extend(t for t in record.commit.tasks if t.id == task_id)
+    return revisions
