@@ -52,6 +52,10 @@ class PhaseContext:
     def memo(self) -> dict[str, JsonValue]:
         return self.task.memo
 
+    def memo_int(self, key: str, default: int = 0) -> int:
+        value = self.task.memo.get(key, default)
+        return value if isinstance(value, int) else default
+
     @property
     def input(self) -> Any:
         return self.task.input

@@ -15,8 +15,9 @@ unsafe, without a query     park the task as *uncertain* with the reason, waitin
                             operation's result; never re-run (``OperationParked``)
 ==========================  ===========================================================
 
-An operator (or the Hands verify API) settles a parked operation by writing its result
-to the store; the phase then re-enters and uses it (``resolved``).
+Whatever the attempt, a result already recorded in the store for the operation id (by
+an executor, a verifier, or an operator settling a parked operation) is used as it is
+(``reused``): nothing runs again.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from contracts.model import Frozen
 if TYPE_CHECKING:
     from brain.context import PhaseContext
 
-Path = Literal["executed", "verified", "replayed", "resolved"]
+Path = Literal["executed", "verified", "replayed", "reused"]
 
 
 class Resolution(Frozen):
@@ -67,14 +68,14 @@ async def resolve(
     spec = ctx.services.tools.spec(tool)
     if spec is None:
         raise InvalidInput(f"unknown tool {tool!r}")
+    settled = await ctx.services.store.get_operation_result(operation_id)
+    if settled is not None:
+        return Resolution(operation_id=operation_id, path="reused", output=settled.output)
     if ctx.attempt <= 1:
         try:
             return await _run(ctx, tool, args, operation_id, "executed")
         except OutcomeUnknown:
             pass  # the call may have happened: recover exactly as after a crash
-    settled = await ctx.services.store.get_operation_result(operation_id)
-    if settled is not None:  # an operator or verifier settled it while we were parked
-        return Resolution(operation_id=operation_id, path="resolved", output=settled.output)
     if spec.replay is ReplayPolicy.SAFE:
         return await _run(ctx, tool, args, operation_id, "replayed")
     if spec.queryable:

@@ -1,0 +1,37 @@
+"""The five-emails scenario, shared by the demo and the tests: the request, the script,
+and a worker configuration pointing at a running email service and model server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from brain.model.scripted import Script
+from brain.model.settings import ModelSettings
+from brain.worker import WorkerSettings
+
+SCRIPT_PATH = Path(__file__).with_name("script.json")
+REQUEST = "Send the approved maintenance notice to our five customers and summarise."
+PLUGIN = "examples.emails.tasks:plugin"
+
+
+def script() -> Script:
+    return Script.load(SCRIPT_PATH)
+
+
+def recipients() -> list[str]:
+    arguments = script().turns[0].tool_calls[0].arguments
+    assert isinstance(arguments, dict)
+    return list(arguments["recipients"])
+
+
+def worker_settings(
+    store_url: str, session_id: str, *, model_url: str, model_token: str
+) -> WorkerSettings:
+    model = ModelSettings(
+        base_url=f"{model_url}/v1", api_key=SecretStr(model_token), model="scripted-notices"
+    )
+    return WorkerSettings(
+        store_url=store_url, session_id=session_id, plugins=(PLUGIN,), model=model
+    )

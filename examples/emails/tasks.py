@@ -1,0 +1,198 @@
+"""The worked example: "send the approved notice to five customers and summarise".
+
+``send_batch_emails`` is a composite tool. Its task (``send-batch``) stores the recipient
+plan in a Document, creates one ``send-notice`` subtask per recipient — each with a
+stable operation id bound to recipient and body — in order, ``concurrency`` at a time
+(one by default), waits for them (allSettled), and returns the summary.
+
+``send-notice`` sends through the email service (``send_email``: not replay-safe, but
+queryable by operation id) and then confirms the message with the service. After a
+crash, ``brain.operations`` verifies an unconfirmed send by its operation id instead of
+sending again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import AsyncExitStack
+from typing import Any
+
+from pydantic import JsonValue, SecretStr
+
+from brain.context import PhaseContext
+from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, TaskSpec, Wait
+from brain.registry import Registry, TaskKind
+from brain.tools import LocalDispatcher, QueryAnswer, ToolSpec
+from contracts import DocumentPut, ErrorInfo, Outcome, ReplayPolicy
+from examples.emails.client import EmailClient
+
+SEND_EMAIL = "send_email"
+SEND_BATCH = "send_batch_emails"
+BATCH_KIND = "send-batch"
+NOTICE_KIND = "send-notice"
+
+_ADDRESS = {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"}
+SEND_EMAIL_SPEC = ToolSpec(
+    name=SEND_EMAIL,
+    description="Send one email.",
+    parameters={
+        "type": "object",
+        "properties": {"to": _ADDRESS, "subject": {"type": "string"}, "body": {"type": "string"}},
+        "required": ["to", "subject", "body"],
+        "additionalProperties": False,
+    },
+    replay=ReplayPolicy.UNSAFE,
+)
+SEND_BATCH_SPEC = ToolSpec(
+    name=SEND_BATCH,
+    description="Send the same notice to each recipient, one email each, and summarise.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "recipients": {"type": "array", "items": _ADDRESS, "minItems": 1, "maxItems": 100},
+            "subject": {"type": "string", "minLength": 1},
+            "body": {"type": "string", "minLength": 1},
+            "concurrency": {"type": "integer", "minimum": 1, "maximum": 10},
+        },
+        "required": ["recipients", "subject", "body"],
+        "additionalProperties": False,
+    },
+    task_kind=BATCH_KIND,
+)
+
+
+def install(registry: Registry, tools: LocalDispatcher, email: EmailClient) -> None:
+    """Register the example's task kinds and tools."""
+
+    async def send(args: dict[str, Any], operation_id: str) -> JsonValue:
+        receipt = await email.send(operation_id, args["to"], args["subject"], args["body"])
+        return receipt.model_dump()
+
+    async def query(args: dict[str, Any], operation_id: str) -> QueryAnswer:
+        receipt = await email.query(operation_id)
+        return QueryAnswer(found=receipt is not None, output=receipt and receipt.model_dump())
+
+    tools.register(SEND_EMAIL_SPEC, send, query)
+    tools.register(SEND_BATCH_SPEC)
+    registry.add(TaskKind(BATCH_KIND, 1, {"start": _plan, "send": _send, "summarise": _summarise}))
+    registry.add(TaskKind(NOTICE_KIND, 1, {"start": _send_notice, "confirm": _confirm}))
+
+
+async def plugin(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    """Entry point for ``python -m brain run --plugin examples.emails.tasks:plugin``."""
+    email = EmailClient(
+        os.environ["BH_EMAIL_SERVICE_URL"], SecretStr(os.environ["BH_EMAIL_SERVICE_TOKEN"])
+    )
+    resources.push_async_callback(email.aclose)
+    install(registry, tools, email)
+
+
+def notice_operation_id(session_id: str, batch_id: str, to: str, subject: str, body: str) -> str:
+    """Stable for a recipient and a body: the same notice to the same person is one send."""
+    digest = hashlib.sha256("\n".join((session_id, batch_id, to, subject, body)).encode())
+    return f"email-{digest.hexdigest()[:32]}"
+
+
+def _plan_name(ctx: PhaseContext) -> str:
+    return f"plan.{ctx.task.id}"
+
+
+async def _plan(ctx: PhaseContext) -> PhaseOutcome:
+    args = ctx.input
+    recipients = [
+        {
+            "to": to,
+            "operation_id": notice_operation_id(
+                ctx.session_id, ctx.task.id, to, args["subject"], args["body"]
+            ),
+        }
+        for to in args["recipients"]
+    ]
+    plan = DocumentPut(
+        name=_plan_name(ctx),
+        kind="email-plan",
+        body={
+            "recipients": recipients,
+            "subject": args["subject"],
+            "concurrency": args.get("concurrency", 1),
+        },
+        expected_version=0,
+    )
+    return Next(phase="send", effects=Effects(documents=(plan,)))
+
+
+async def _send(ctx: PhaseContext) -> PhaseOutcome:
+    plan = ctx.document(_plan_name(ctx))
+    assert plan is not None
+    recipients: list[dict[str, str]] = plan.body["recipients"]
+    spawned = ctx.memo_int("spawned")
+    if spawned >= len(recipients):
+        return Next(phase="summarise")
+    batch = recipients[spawned : spawned + int(plan.body["concurrency"])]
+    notices = tuple(
+        TaskSpec(
+            id=f"{ctx.task.id}.n{spawned + offset}",
+            kind=NOTICE_KIND,
+            input={
+                "to": recipient["to"],
+                "subject": ctx.input["subject"],
+                "body": ctx.input["body"],
+                "operation_id": recipient["operation_id"],
+            },
+        )
+        for offset, recipient in enumerate(batch)
+    )
+    return Wait(
+        tasks=tuple(notice.id for notice in notices),
+        next_phase="send",
+        effects=Effects(spawn=notices, memo={"spawned": spawned + len(batch)}),
+    )
+
+
+async def _summarise(ctx: PhaseContext) -> PhaseOutcome:
+    receipts = [_receipt(ctx, notice) for notice in ctx.children()]
+    sent = sum(1 for receipt in receipts if receipt["outcome"] == Outcome.SUCCEEDED.value)
+    return Done(result={"sent": sent, "failed": len(receipts) - sent, "receipts": receipts})
+
+
+def _receipt(ctx: PhaseContext, notice: Any) -> dict[str, JsonValue]:
+    result = notice.result if isinstance(notice.result, dict) else {}
+    path = result.get("path")
+    # Settled by an earlier incarnation of the Brain: this one reused the stored result.
+    recovery = path if notice.settled_by == ctx.services.runner_id else "reused"
+    return {
+        "to": notice.input["to"],
+        "operation_id": notice.input["operation_id"],
+        "message_id": result.get("message_id"),
+        "outcome": notice.outcome.value if notice.outcome else None,
+        "path": path,
+        "recovery": recovery,
+        "settled_by": notice.settled_by,
+    }
+
+
+async def _send_notice(ctx: PhaseContext) -> PhaseOutcome:
+    args = {key: ctx.input[key] for key in ("to", "subject", "body")}
+    resolution = await ctx.operation(SEND_EMAIL, args, str(ctx.input["operation_id"]))
+    output = resolution.output if isinstance(resolution.output, dict) else {}
+    memo = {"message_id": output.get("message_id"), "path": resolution.path}
+    return Next(phase="confirm", effects=Effects(memo=memo))
+
+
+async def _confirm(ctx: PhaseContext) -> PhaseOutcome:
+    operation_id = str(ctx.input["operation_id"])
+    args = {key: ctx.input[key] for key in ("to", "subject", "body")}
+    ctx.checkpoint(f"call:before:confirm:{SEND_EMAIL}")
+    answer = await ctx.services.tools.query(SEND_EMAIL, args, operation_id=operation_id)
+    ctx.checkpoint(f"call:after:confirm:{SEND_EMAIL}")
+    if not answer.found:
+        message = f"the email service has no record of {operation_id} after sending it"
+        return Fail(error=ErrorInfo(code="not_confirmed", message=message))
+    result = {
+        "to": ctx.input["to"],
+        "operation_id": operation_id,
+        "message_id": ctx.memo.get("message_id"),
+        "path": ctx.memo.get("path"),
+    }
+    return Done(result=result, effects=Effects(applied_operations=(operation_id,)))

@@ -1,0 +1,83 @@
+"""The worked example end to end in one process, over real HTTP: the scripted model asks
+for the batch tool, five notices go out once each, the model summarises."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from brain.model.scripted import scripted_app
+from brain.submissions import SessionClient
+from brain.worker import run_worker
+from contracts import EntryKind, SubmissionStatus
+from examples.emails import scenario
+from examples.emails.client import EmailClient
+from examples.emails.service import email_app
+from session_store import open_store
+from tests.support.http_server import serve
+
+
+@dataclass
+class World:
+    store_url: str
+    model_url: str
+    email_url: str
+    email: EmailClient
+
+
+@pytest.fixture
+async def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
+    async with (
+        serve(email_app(token="mail-token")) as email_url,
+        serve(scripted_app(scenario.script(), token="model-token")) as model_url,
+    ):
+        monkeypatch.setenv("BH_EMAIL_SERVICE_URL", email_url)
+        monkeypatch.setenv("BH_EMAIL_SERVICE_TOKEN", "mail-token")
+        async with EmailClient(email_url, "mail-token") as email:
+            yield World(f"sqlite:///{tmp_path}/store.db", model_url, email_url, email)
+
+
+async def test_five_notices_are_sent_once_and_summarised(world: World) -> None:
+    store = await open_store(world.store_url)
+    await SessionClient(store).submit("s1", "req-1", {"text": scenario.REQUEST})
+    settings = scenario.worker_settings(
+        world.store_url, "s1", model_url=world.model_url, model_token="model-token"
+    )
+    report = await run_worker(settings)
+    assert not report.active and not report.blocked
+
+    session = await store.session("s1")
+    submission = session.state.submissions["req-1"]
+    assert submission.status is SubmissionStatus.ANSWERED
+    assert "Batch summary" in str(submission.answer)
+    ledger = await world.email.ledger()
+    assert sorted(m.to for m in ledger.messages) == sorted(scenario.recipients())
+    assert set(ledger.requests.values()) == {1}, "one request per operation id"
+    batch = session.state.tasks["root.req-1.r1.c0.run"]
+    receipts = batch.result["receipts"]  # type: ignore[index]
+    assert [r["to"] for r in receipts] == scenario.recipients(), "sent in order"
+    assert {r["path"] for r in receipts} == {"executed"}
+    tool_results = [e for e in await session.entries() if e.kind is EntryKind.TOOL_RESULT]
+    assert len(tool_results) == 1 and tool_results[0].content["ok"] is True  # type: ignore[index]
+    assert len(session.state.applied_operations) == 6, "five notices and the tool call"
+    await store.close()
+
+
+async def test_a_dropped_response_is_verified_by_query_not_resent(world: World) -> None:
+    store = await open_store(world.store_url)
+    await world.email.set_faults(drop_responses=1, hold_seconds=3.0)
+    await SessionClient(store).submit("s1", "req-1", {"text": scenario.REQUEST})
+    settings = scenario.worker_settings(
+        world.store_url, "s1", model_url=world.model_url, model_token="model-token"
+    )
+    await run_worker(settings)
+    session = await store.session("s1")
+    batch = session.state.tasks["root.req-1.r1.c0.run"]
+    paths = [r["path"] for r in batch.result["receipts"]]  # type: ignore[index]
+    assert paths == ["verified", "executed", "executed", "executed", "executed"]
+    ledger = await world.email.ledger()
+    assert len(ledger.messages) == 5 and set(ledger.requests.values()) == {1}
+    await store.close()
