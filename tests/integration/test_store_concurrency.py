@@ -16,13 +16,13 @@ WORKERS = 4
 ATTEMPTS = 25
 
 
-async def test_racing_processes_never_fork_the_log(location: StoreLocation, tmp_path: Path) -> None:
-    barrier = tmp_path / "go"
+def race(url: str, barrier: Path) -> tuple[dict[str, int], set[str]]:
+    """Run the racing workers; every receipt they got and every id they saw rejected."""
     workers = [
         python_module(
             "tests.support.commit_worker",
             "race",
-            location.url,
+            url,
             "contended",
             f"w{n}",
             str(ATTEMPTS),
@@ -33,16 +33,24 @@ async def test_racing_processes_never_fork_the_log(location: StoreLocation, tmp_
     barrier.touch()
     receipts: dict[str, int] = {}
     rejected: set[str] = set()
+    failures = []
     for worker in workers:
-        out, err = worker.communicate(timeout=180)
-        assert worker.returncode == 0, err
+        with worker:
+            out, err = worker.communicate(timeout=180)
+        if worker.returncode != 0:
+            failures.append(err)
         for line in out.splitlines():
             message = json.loads(line)
             if "ok" in message:
                 receipts[message["id"]] = message["ok"]
             else:
                 rejected.add(message["conflict"])
+    assert not failures, failures[0]
+    return receipts, rejected
 
+
+async def test_racing_processes_never_fork_the_log(location: StoreLocation, tmp_path: Path) -> None:
+    receipts, rejected = race(location.url, tmp_path / "go")
     assert len(receipts) + len(rejected) == WORKERS * ATTEMPTS, "every attempt has an outcome"
     assert rejected, "the workers never collided, so this run proved nothing"
     handle = await (await location.open()).session("contended")

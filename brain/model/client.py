@@ -1,0 +1,28 @@
+"""The model client boundary: the one protocol every model adapter implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from brain.model.messages import ChatMessage, ModelReply, ToolSchema
+
+
+class ModelClient(Protocol):
+    """Asks a model for the next message of a conversation.
+
+    One call is one attempt. Implementations raise ``contracts.ModelUnavailable`` when the
+    same request may succeed later and ``contracts.ModelRejected`` when it will not.
+    ``request_id`` identifies the attempt (stable across a replay of the same attempt) and is
+    passed to the provider where it has a place for it.
+    """
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSchema] = (),
+        request_id: str,
+    ) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...

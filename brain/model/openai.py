@@ -1,0 +1,241 @@
+"""OpenAI-compatible chat-completions client (OpenAI, vLLM, Ollama, DashScope/Qwen, DeepSeek).
+
+One HTTP attempt per call. httpx errors and HTTP statuses are translated here, and only here,
+into the project's error tree:
+
+- timeout, connection failure, 429, 5xx, or a 200 whose body is not a completion
+  → ``ModelUnavailable`` (retryable; ``details["status"]`` holds the HTTP status if any);
+- any other non-200 status → ``ModelRejected`` with the server's message, truncated.
+
+The API key is sent only in the ``Authorization`` header and never appears in errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
+from brain.model.settings import ModelSettings
+from contracts.errors import ModelRejected, ModelUnavailable
+
+MAX_ERROR_TEXT = 500
+
+
+class OpenAIChatClient:
+    """``ModelClient`` over ``POST {base_url}/chat/completions``."""
+
+    def __init__(
+        self, settings: ModelSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._settings = settings
+        self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._http = httpx.AsyncClient(
+            timeout=settings.timeout.total_seconds(), transport=transport
+        )
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSchema] = (),
+        request_id: str,
+    ) -> ModelReply:
+        """Send the conversation once and return the model's reply."""
+        response = await self._post(self._payload(messages, tools), request_id)
+        self._check_status(response, request_id)
+        return _parse_reply(response, request_id)
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self._settings.model,
+            "messages": [_wire_message(message) for message in messages],
+        }
+        if tools:
+            payload["tools"] = [_wire_tool(tool) for tool in tools]
+        if self._settings.temperature is not None:
+            payload["temperature"] = self._settings.temperature
+        if self._settings.max_tokens is not None:
+            payload["max_tokens"] = self._settings.max_tokens
+        return payload
+
+    async def _post(self, payload: dict[str, Any], request_id: str) -> httpx.Response:
+        headers = {
+            "Authorization": f"Bearer {self._settings.api_key.get_secret_value()}",
+            "X-Request-Id": request_id,
+        }
+        try:
+            return await self._http.post(self._url, json=payload, headers=headers)
+        except httpx.TimeoutException as exc:
+            seconds = self._settings.timeout.total_seconds()
+            raise ModelUnavailable(
+                f"model request timed out after {seconds:g}s ({type(exc).__name__})",
+                **self._where(request_id),
+            ) from exc
+        except httpx.RequestError as exc:
+            raise ModelUnavailable(
+                f"model server connection failed ({type(exc).__name__}: {exc})",
+                **self._where(request_id),
+            ) from exc
+
+    def _check_status(self, response: httpx.Response, request_id: str) -> None:
+        if response.is_success:
+            return
+        status = response.status_code
+        where = {**self._where(request_id), "status": status}
+        text = self._error_text(response)
+        if status == 429:
+            raise ModelUnavailable(f"model server is rate limiting (HTTP 429): {text}", **where)
+        if status >= 500:
+            raise ModelUnavailable(f"model server error (HTTP {status}): {text}", **where)
+        raise ModelRejected(f"model server rejected the request (HTTP {status}): {text}", **where)
+
+    def _error_text(self, response: httpx.Response) -> str:
+        text = _server_message(response)
+        secret = self._settings.api_key.get_secret_value()
+        if secret:
+            text = text.replace(secret, "***")
+        return text[:MAX_ERROR_TEXT]
+
+    def _where(self, request_id: str) -> dict[str, Any]:
+        return {"url": self._url, "model": self._settings.model, "request_id": request_id}
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.role != "assistant" and message.content is None:
+        wire["content"] = ""
+    if message.tool_calls:
+        wire["tool_calls"] = [_wire_tool_call(call) for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
+
+
+def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _wire_tool(tool: ToolSchema) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else the raw body text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return response.text.strip()
+
+
+# Wire shapes of a chat.completion response. Providers add fields freely, so extra fields are
+# ignored here (unlike the project's own frozen contracts).
+
+
+class _WireFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    arguments: str
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        # A few servers send the arguments as a JSON object instead of JSON text.
+        return value if isinstance(value, str) else json.dumps(value)
+
+
+class _WireToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    function: _WireFunction
+
+
+class _WireMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str | None = None
+    tool_calls: list[_WireToolCall] | None = None
+
+
+class _WireChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    message: _WireMessage
+    finish_reason: str | None = None
+
+
+class _WireCompletion(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    choices: list[_WireChoice]
+    model: str = ""
+    usage: dict[str, Any] | None = None
+
+
+def _parse_reply(response: httpx.Response, request_id: str) -> ModelReply:
+    try:
+        completion = _WireCompletion.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise _malformed(request_id, f"{exc.error_count()} validation error(s)") from None
+    if not completion.choices:
+        raise _malformed(request_id, "no choices")
+    choice = completion.choices[0]
+    return ModelReply(
+        content=choice.message.content,
+        tool_calls=tuple(
+            ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+            for call in choice.message.tool_calls or ()
+        ),
+        finish_reason=choice.finish_reason or "stop",
+        model=completion.model,
+        usage=_counts(completion.usage or {}),
+    )
+
+
+def _counts(usage: dict[str, Any]) -> dict[str, int]:
+    # Providers nest detail objects in usage; only the top-level token counts are kept.
+    return {
+        key: value
+        for key, value in usage.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+
+
+def _malformed(request_id: str, reason: str) -> ModelUnavailable:
+    return ModelUnavailable(
+        f"malformed response from model server: {reason}", request_id=request_id, status=200
+    )

@@ -1,0 +1,53 @@
+"""Settings of the OpenAI-compatible model client, read from the environment at entry points."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+
+from contracts.errors import InvalidInput
+from contracts.model import Frozen
+
+
+class ModelSettings(Frozen):
+    """Where the model lives, how to authenticate, and how to ask it."""
+
+    base_url: str = Field(min_length=1)
+    api_key: SecretStr
+    model: str = Field(min_length=1)
+    timeout: timedelta = timedelta(seconds=60)
+    temperature: float | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        return value
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "BH_MODEL_", environ: Mapping[str, str] | None = None
+    ) -> ModelSettings:
+        """Read ``<prefix>BASE_URL``, ``<prefix>API_KEY`` and ``<prefix>NAME``."""
+        source = os.environ if environ is None else environ
+        try:
+            return cls(
+                base_url=_require(source, f"{prefix}BASE_URL"),
+                api_key=SecretStr(_require(source, f"{prefix}API_KEY")),
+                model=_require(source, f"{prefix}NAME"),
+            )
+        except ValidationError as exc:
+            problems = "; ".join(str(error["msg"]) for error in exc.errors())
+            raise InvalidInput(f"model settings from {prefix}* are invalid: {problems}") from None
+
+
+def _require(environ: Mapping[str, str], name: str) -> str:
+    value = environ.get(name, "").strip()
+    if not value:
+        raise InvalidInput(f"environment variable {name} is not set (the model client needs it)")
+    return value

@@ -1,0 +1,1 @@
+"""Worked examples of brainhands, with the small real services they talk to."""
