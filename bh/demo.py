@@ -1,0 +1,216 @@
+"""``bh demo``: a durable agent task, a killed worker, and the recovery — on embedded defaults.
+
+The demo starts the example email service and a scripted model server as local
+processes, submits "send the approved notice to five customers and summarise", runs a
+Brain worker that is SIGKILLed right after email 4 was accepted but before that was
+saved, then starts a fresh worker that resumes from the store. It prints, per email,
+how the second worker recovered it: *reused* (settled before the crash), *verified*
+(asked the email service by operation id), or *executed* (sent for the first time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from brain.submissions import SessionClient
+from contracts import BrainhandsError, TaskStatus
+from examples.emails import scenario
+from examples.emails.client import EmailClient
+from session_store import SessionStore, open_store
+
+CRASH_POINT = "call:after:send_email#4"
+SESSION = "demo"
+REQUEST = "notify-customers"
+BATCH = f"root.{REQUEST}.r1.c0.run"
+
+console = Console()
+
+
+@dataclass(frozen=True)
+class Servers:
+    email_url: str
+    email_token: str
+    model_url: str
+    model_token: str
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "BH_MODEL_BASE_URL": f"{self.model_url}/v1",
+            "BH_MODEL_API_KEY": self.model_token,
+            "BH_MODEL_NAME": "scripted-notices",
+            "BH_EMAIL_SERVICE_URL": self.email_url,
+            "BH_EMAIL_SERVICE_TOKEN": self.email_token,
+            **extra,
+        }
+
+
+def demo(
+    store: Annotated[
+        str | None, typer.Option(help="Session Store URL (default: a new SQLite file)")
+    ] = None,
+) -> None:
+    """Run a durable agent task, kill its worker mid-batch, recover, and show what happened."""
+    if store is None:
+        store = f"sqlite:///{tempfile.mkdtemp(prefix='brainhands-demo-')}/store.db"
+    try:
+        asyncio.run(_demo(store))
+    except BrainhandsError as error:
+        console.print(f"[red]{error.code}[/]: {error.message}")
+        raise typer.Exit(2) from None
+
+
+async def _demo(store_url: str) -> None:
+    console.rule("[bold]brainhands demo: a durable agent task survives a crash")
+    console.print(f"Session Store: [cyan]{store_url}[/] (embedded; no services needed)")
+    async with _servers() as servers:
+        console.print(f"Email service: {servers.email_url}   Scripted model: {servers.model_url}")
+        store = await open_store(store_url)
+        try:
+            await _run(store, store_url, servers)
+        finally:
+            await store.close()
+
+
+async def _run(store: SessionStore, store_url: str, servers: Servers) -> None:
+    await SessionClient(store).submit(SESSION, REQUEST, {"text": scenario.REQUEST})
+    console.print(f"\n[bold]1.[/] Submitted: “{scenario.REQUEST}”")
+
+    console.print("[bold]2.[/] Worker #1 runs the task…")
+    code = await _worker(store_url, servers, BH_CRASH_AT=CRASH_POINT)
+    if code != -signal.SIGKILL:
+        raise SystemExit(f"worker #1 was expected to be killed, it exited with {code}")
+    console.print(
+        "   [red]killed with SIGKILL[/] right after the email service accepted email 4, "
+        "before the worker could save that"
+    )
+    await _show_crash_state(store)
+
+    console.print("[bold]3.[/] Worker #2 starts from the store and resumes…")
+    started = time.monotonic()
+    if await _worker(store_url, servers) != 0:
+        raise SystemExit("worker #2 failed")
+    console.print(f"   finished in {time.monotonic() - started:.1f} s")
+    await _show_outcome(store, servers)
+    console.print(f"\nInspect the session: [cyan]bh store inspect {store_url} {SESSION}[/]")
+
+
+async def _worker(store_url: str, servers: Servers, **env: str) -> int:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "brain", "run", "--store", store_url, "--session", SESSION),
+        *("--plugin", scenario.PLUGIN),
+        env=servers.worker_env(**env),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await process.communicate()
+    code = process.returncode
+    assert code is not None
+    if code not in (0, -signal.SIGKILL):
+        console.print(err.decode()[-3000:])
+    return code
+
+
+async def _show_crash_state(store: SessionStore) -> None:
+    state = (await store.session(SESSION)).state
+    notices = [t for t in state.tasks.values() if t.parent_id == BATCH]
+    settled = sum(1 for t in notices if t.is_terminal)
+    running = [t for t in notices if t.status is TaskStatus.RUNNING]
+    line = f"   in the store: {settled} notices settled"
+    if running:
+        line += f", notice {len(notices)} running (phase {running[0].phase!r}, outcome unknown)"
+    console.print(line + f", {5 - len(notices)} not started")
+
+
+async def _show_outcome(store: SessionStore, servers: Servers) -> None:
+    handle = await store.session(SESSION)
+    state = handle.state
+    result: Any = state.tasks[BATCH].result
+    receipts: list[dict[str, Any]] = result["receipts"]
+    async with EmailClient(servers.email_url, servers.email_token) as email:
+        ledger = await email.ledger()
+    sent = Counter(message.operation_id for message in ledger.messages)
+    table = Table("#", "recipient", "recovered as", "operation id", "sends", title="Per email")
+    for number, receipt in enumerate(receipts, start=1):
+        operation_id = str(receipt["operation_id"])
+        table.add_row(
+            str(number),
+            str(receipt["to"]),
+            f"[bold]{receipt['recovery']}[/]",
+            operation_id[:20] + "…",
+            str(sent[operation_id]),
+        )
+    console.print(table)
+    console.print(
+        "   reused = settled before the crash, taken from the store; verified = outcome "
+        "unknown, asked the email service by operation id; executed = sent now"
+    )
+    submission = state.submissions[REQUEST]
+    answer = str(submission.answer)
+    answer = answer if len(answer) <= 160 else answer[:160] + "…"
+    console.print(f"[bold]Final answer[/] ({submission.status.value}): {answer}")
+    once = all(sent[str(r["operation_id"])] == 1 for r in receipts)
+    asked = all(ledger.requests.get(str(r["operation_id"])) == 1 for r in receipts)
+    console.print(
+        f"Each email sent exactly once: {'yes' if once else 'NO'}. "
+        f"Each requested exactly once (no blind re-send): {'yes' if asked else 'NO'}. "
+        f"Results applied: {len(state.applied_operations)} operations, once each."
+    )
+
+
+@asynccontextmanager
+async def _servers() -> AsyncIterator[Servers]:
+    email_token, model_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    email, email_url = await _start(
+        ["-m", "examples.emails.service", "--port", "0"], BH_EMAIL_SERVICE_TOKEN=email_token
+    )
+    try:
+        model, model_url = await _start(
+            ["-m", "brain.model.scripted", "--script", str(scenario.SCRIPT_PATH), "--port", "0"],
+            BH_SCRIPTED_MODEL_TOKEN=model_token,
+        )
+        try:
+            yield Servers(email_url, email_token, model_url, model_token)
+        finally:
+            await _stop(model)
+    finally:
+        await _stop(email)
+
+
+async def _start(args: list[str], **env: str) -> tuple[asyncio.subprocess.Process, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+    if "listening on" not in line:
+        await _stop(process)
+        raise SystemExit(f"{args[1]} did not start")
+    return process, line.split("listening on", 1)[1].strip()
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        await process.wait()
