@@ -1,0 +1,49 @@
+"""Task kinds for crash tests, loaded by ``python -m brain run --plugin …``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+
+from brain.context import PhaseContext
+from brain.outcome import Done, PhaseOutcome, Sleep
+from brain.registry import Registry, TaskKind
+from brain.tools import LocalDispatcher
+
+
+def _note(line: str) -> None:
+    with Path(os.environ["BH_TEST_POISON_LOG"]).open("a") as log:
+        log.write(line + "\n")
+
+
+async def _poison(ctx: PhaseContext) -> PhaseOutcome:
+    _note(f"attempt {ctx.attempt}")  # a tiny local write; the process dies right after
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+async def _nap(ctx: PhaseContext) -> PhaseOutcome:
+    return Sleep(until=ctx.now() + timedelta(seconds=1.5), next_phase="wake")
+
+
+async def _wake(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result=ctx.now().isoformat())
+
+
+async def _later(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result=f"ran {ctx.task.kind}@{ctx.task.version}")
+
+
+async def poison(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    registry.add(TaskKind("poison", 1, {"start": _poison}, max_crashes=3))
+
+
+async def nap(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    registry.add(TaskKind("nap", 1, {"start": _nap, "wake": _wake}))
+
+
+async def later(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    registry.add(TaskKind("later", 2, {"start": _later}))
