@@ -278,7 +278,9 @@ class _Drive:
                 b, task.id, outcome, kind, runner_id=self.services.runner_id
             )
 
-        await self._commit(build, f"{task.kind}:{task.phase}")
+        # A task going straight on to its next phase changes nothing others wait for:
+        # only wake the planner when it stops, or when it created tasks.
+        await self._commit(build, f"{task.kind}:{task.phase}", wake=lambda: not carry_on)
         return carry_on
 
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
@@ -308,7 +310,12 @@ class _Drive:
         finally:
             self.handlers.pop(task.id, None)
 
-    async def _commit(self, build: Callable[[CommitBuilder], None], label: str) -> bool:
+    async def _commit(
+        self,
+        build: Callable[[CommitBuilder], None],
+        label: str,
+        wake: Callable[[], bool] = lambda: True,
+    ) -> bool:
         """Build against the newest state and commit; rebuild after a lost race with an
         unfenced writer. A newer fence ends the drive (``FencedError``)."""
         async with self.lock:
@@ -328,7 +335,8 @@ class _Drive:
                 self.commits += 1
                 self.services.crash.reached(f"commit:{label}")
                 self._stop_cancelled()
-                self.changed.set()
+                if wake() or any(t.rev == 1 for t in commit.tasks):
+                    self.changed.set()
                 return True
         raise StoreUnavailable(f"could not commit to {self.handle.session_id}: too many races")
 

@@ -1,0 +1,130 @@
+"""Durable phase overhead: a task of 100 trivial phases on the SQLite store, against DBOS
+(SQLite system database) running a workflow of 100 trivial steps, in the same run.
+
+    python -m bench.kernel --repeats 7
+
+Both record every step durably before the next starts: brainhands commits each phase
+outcome (one create-once INSERT, WAL, ``synchronous=FULL``); DBOS checkpoints each step's
+output in its system database (SQLite with its defaults: rollback journal,
+``synchronous=FULL``). Per-phase time is the whole run divided by the number of phases,
+so each side's fixed costs (claim and submission bookkeeping; workflow status rows) are
+included. Rounds alternate between the two; figures are medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.stats import median
+from brain.context import PhaseContext, Services
+from brain.crashpoints import CrashPoints
+from brain.outcome import Done, Next, PhaseOutcome
+from brain.registry import Registry, TaskKind
+from brain.runner import SessionRunner
+from brain.submissions import SessionClient
+from brain.tools import LocalDispatcher
+from contracts import utcnow
+from session_store import open_store
+
+
+def chain_kind(phases: int) -> TaskKind:
+    async def step(ctx: PhaseContext) -> PhaseOutcome:
+        index = int(ctx.task.phase.removeprefix("p"))
+        return Done(result=index) if index == phases - 1 else Next(phase=f"p{index + 1}")
+
+    handlers = {f"p{index}": step for index in range(phases)}
+    return TaskKind("chain", 1, handlers)
+
+
+async def brainhands_round(workdir: Path, phases: int) -> float:
+    store = await open_store(f"sqlite:///{workdir}/bh-{uuid.uuid4().hex[:8]}.db")
+    registry = Registry()
+    registry.add(chain_kind(phases))
+    services = Services(
+        store=store, tools=LocalDispatcher(), crash=CrashPoints(), clock=utcnow, runner_id="bench"
+    )
+    runner = SessionRunner(store, registry, services)
+    await SessionClient(store).submit("s", "r", {"task": {"kind": "chain", "phase": "p0"}})
+    started = time.perf_counter()
+    report = await runner.drive("s")
+    elapsed = time.perf_counter() - started
+    assert report.phases == phases and not report.active
+    await store.close()
+    return elapsed / phases
+
+
+def dbos_setup(workdir: Path, phases: int) -> Any:
+    from dbos import DBOS, DBOSConfig
+
+    @DBOS.step()
+    def trivial(index: int) -> int:
+        return index
+
+    @DBOS.workflow()
+    def chain() -> int:
+        total = 0
+        for index in range(phases):
+            total += trivial(index)
+        return total
+
+    config: DBOSConfig = {
+        "name": "bench-chain",
+        "system_database_url": f"sqlite:///{workdir}/dbos.sqlite",
+        "run_admin_server": False,
+    }
+    DBOS(config=config)
+    DBOS.launch()
+    return chain
+
+
+def dbos_round(chain: Any, phases: int) -> float:
+    from dbos import DBOS, SetWorkflowID
+
+    started = time.perf_counter()
+    with SetWorkflowID(uuid.uuid4().hex):
+        chain()
+    elapsed = time.perf_counter() - started
+    del DBOS
+    return elapsed / phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--phases", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default="bench/results/kernel.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        chain = dbos_setup(workdir, args.phases)
+        dbos_round(chain, args.phases)  # warm up both sides once
+        asyncio.run(brainhands_round(workdir, args.phases))
+        ours, theirs = [], []
+        for _ in range(args.repeats):
+            ours.append(asyncio.run(brainhands_round(workdir, args.phases)))
+            theirs.append(dbos_round(chain, args.phases))
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        report = {
+            "phases": args.phases,
+            "brainhands_per_phase_ms": median(ours) * 1000,
+            "dbos_per_step_ms": median(theirs) * 1000,
+            "ratio": median(ratios),
+        }
+    print(
+        f"brainhands {report['brainhands_per_phase_ms']:.3f} ms/phase | DBOS "
+        f"{report['dbos_per_step_ms']:.3f} ms/step | ratio {report['ratio']:.2f}x"
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
