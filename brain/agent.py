@@ -28,18 +28,21 @@ from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, TaskSp
 from brain.registry import TaskKind
 from brain.tools import validate_arguments
 from contracts import (
-    BrainhandsError,
+    BlobRef,
     Entry,
     EntryKind,
     ErrorInfo,
     InvalidInput,
     ModelUnavailable,
     Outcome,
+    ToolFailed,
 )
 
 AGENT = "agent"
 TOOL_CALL = "tool-call"
 CONFIG_DOCUMENT = "agent.config"
+INLINE_OUTPUT_BYTES = 16 * 1024
+PREVIEW_BYTES = 2 * 1024
 DEFAULT_PROMPT = (
     "You are a careful assistant acting for an operator. Use the tools to act, "
     "then answer briefly with what was done."
@@ -150,18 +153,28 @@ async def _execute(ctx: PhaseContext) -> PhaseOutcome:
     operation_id = str(ctx.input["operation_id"])
     try:
         resolution = await ctx.operation(str(ctx.input["tool"]), args, operation_id)
-    except BrainhandsError as error:
-        if error.retryable or error.code == "outcome_unknown":
-            raise
+    except (ToolFailed, InvalidInput) as error:
+        # It definitely did not happen: tell the model. Anything else (outcome unknown,
+        # parked, retryable) is the kernel's to handle.
         return _answer_error(ctx, error.code, error.message, applied=True)
-    result = {"output": resolution.output, "path": resolution.path}
+    output, blob = await _keep_small(ctx, resolution.output)
     return Done(
-        result=result,
+        result={"output": output, "path": resolution.path},
         effects=Effects(
-            entries=(_tool_result(ctx, ok=True, output=resolution.output),),
+            entries=(_tool_result(ctx, ok=True, output=output, blob=blob),),
             applied_operations=(operation_id,),
         ),
     )
+
+
+async def _keep_small(ctx: PhaseContext, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
+    """Large tool output goes to a blob; the entry keeps a preview and the reference."""
+    data = json.dumps(output).encode()
+    if len(data) <= INLINE_OUTPUT_BYTES:
+        return output, None
+    blob = await ctx.services.store.put_blob(data, "application/json")
+    preview = data[:PREVIEW_BYTES].decode(errors="ignore")
+    return {"preview": preview, "truncated": True, "bytes": len(data), "blob": blob.digest}, blob
 
 
 async def _collect(ctx: PhaseContext) -> PhaseOutcome:
@@ -189,8 +202,11 @@ def _answer_error(ctx: PhaseContext, code: str, message: str, *, applied: bool =
     )
 
 
-def _tool_result(ctx: PhaseContext, *, ok: bool, output: JsonValue) -> Entry:
+def _tool_result(
+    ctx: PhaseContext, *, ok: bool, output: JsonValue, blob: BlobRef | None = None
+) -> Entry:
     return Entry(
+        blob=blob,
         id=f"{ctx.task.id}.result",
         kind=EntryKind.TOOL_RESULT,
         conversation_id=str(ctx.input.get("conversation_id", "main")),

@@ -26,11 +26,14 @@ from brain.operations import OperationParked
 from brain.outcome import Fail, PhaseOutcome, Retry, TaskSpec, Wait
 from brain.registry import Registry, TaskKind
 from contracts import (
+    AlreadyExists,
     BrainhandsError,
     ConflictError,
     ErrorInfo,
     FencedError,
+    InvalidTransition,
     LeaseLost,
+    PayloadTooLarge,
     StoreUnavailable,
     Submission,
     SubmissionStatus,
@@ -280,7 +283,20 @@ class _Drive:
 
         # A task going straight on to its next phase changes nothing others wait for:
         # only wake the planner when it stops, or when it created tasks.
-        await self._commit(build, f"{task.kind}:{task.phase}", wake=lambda: not carry_on)
+        label = f"{task.kind}:{task.phase}"
+        try:
+            await self._commit(build, label, wake=lambda: not carry_on)
+        except (PayloadTooLarge, InvalidTransition, AlreadyExists) as error:
+            # The outcome cannot be recorded as it is (too large, or contradicting the
+            # session): record that clearly instead of losing it or crashing the drive.
+            log.error("outcome of %s/%s refused: %s", task.id, task.phase, error.message)
+            refused = Fail(error=ErrorInfo(code=error.code, message=error.message))
+
+            def record_refusal(b: CommitBuilder) -> None:
+                decide.apply_outcome(b, task.id, refused, kind, runner_id=self.services.runner_id)
+
+            carry_on = False
+            await self._commit(record_refusal, label)
         return carry_on
 
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
