@@ -49,16 +49,13 @@ class Servers:
     model_token: str
 
     def worker_env(self, **extra: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "BH_MODEL_BASE_URL": f"{self.model_url}/v1",
-            "BH_MODEL_API_KEY": self.model_token,
-            "BH_MODEL_NAME": "scripted-notices",
-            "BH_EMAIL_SERVICE_URL": self.email_url,
-            "BH_EMAIL_SERVICE_TOKEN": self.email_token,
+        return scenario.worker_env(
+            email_url=self.email_url,
+            email_token=self.email_token,
+            model_url=self.model_url,
+            model_token=self.model_token,
             **extra,
-        }
+        )
 
 
 def demo(

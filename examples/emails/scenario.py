@@ -3,6 +3,7 @@ and a worker configuration pointing at a running email service and model server.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -24,6 +25,22 @@ def recipients() -> list[str]:
     arguments = script().turns[0].tool_calls[0].arguments
     assert isinstance(arguments, dict)
     return list(arguments["recipients"])
+
+
+def worker_env(
+    *, email_url: str, email_token: str, model_url: str, model_token: str, **extra: str
+) -> dict[str, str]:
+    """Environment for a ``python -m brain run`` worker of this example."""
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "BH_MODEL_BASE_URL": f"{model_url}/v1",
+        "BH_MODEL_API_KEY": model_token,
+        "BH_MODEL_NAME": "scripted-notices",
+        "BH_EMAIL_SERVICE_URL": email_url,
+        "BH_EMAIL_SERVICE_TOKEN": email_token,
+        **extra,
+    }
 
 
 def worker_settings(

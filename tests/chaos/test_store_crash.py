@@ -30,41 +30,43 @@ def run_until_killed(url: str, rng: random.Random) -> tuple[list[tuple[int, str]
         return _watch_and_kill(child, rng)
 
 
+class _Tally:
+    """What a committing worker has said: its receipts and the commit it has begun."""
+
+    def __init__(self) -> None:
+        self.receipts: list[tuple[int, str]] = []
+        self.in_flight: str | None = None
+
+    def feed(self, line: str) -> None:
+        message = json.loads(line)
+        if "begin" in message:
+            self.in_flight = message["begin"]
+        elif "ok" in message:
+            self.receipts.append((message["ok"], message["id"]))
+            self.in_flight = None
+
+
 def _watch_and_kill(
     child: subprocess.Popen[str], rng: random.Random
 ) -> tuple[list[tuple[int, str]], str | None]:
     assert child.stdout is not None and child.stderr is not None
-    receipts: list[tuple[int, str]] = []
-    in_flight: str | None = None
+    tally = _Tally()
     deadline: float | None = None
-    while True:
+    while deadline is None or time.monotonic() < deadline:
         line = child.stdout.readline()
         if not line:
             raise AssertionError(f"worker exited early: {child.stderr.read()}")
-        message = json.loads(line)
-        if "begin" in message:
-            in_flight = message["begin"]
-        elif "ok" in message:
-            receipts.append((message["ok"], message["id"]))
-            in_flight = None
-            if deadline is None:  # first receipt: the loop is hot, pick the kill moment
-                deadline = time.monotonic() + rng.uniform(0.0, 0.4)
-        if deadline is not None and time.monotonic() >= deadline:
-            child.send_signal(signal.SIGKILL)
-            break
+        tally.feed(line)
+        if deadline is None and tally.receipts:  # the loop is hot: pick the kill moment
+            deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+    child.send_signal(signal.SIGKILL)
     # Lines written before the kill count; read them through the same buffered pipe
     # (communicate() would skip what readline() already buffered).
-    rest = child.stdout.read()
+    for line in child.stdout.read().splitlines():
+        tally.feed(line)
     child.wait(timeout=30)
-    for line in rest.splitlines():
-        message = json.loads(line)
-        if "begin" in message:
-            in_flight = message["begin"]
-        elif "ok" in message:
-            receipts.append((message["ok"], message["id"]))
-            in_flight = None
     assert child.returncode == -signal.SIGKILL
-    return receipts, in_flight
+    return tally.receipts, tally.in_flight
 
 
 async def test_sigkill_loses_no_receipt_and_tears_no_record(location: StoreLocation) -> None:

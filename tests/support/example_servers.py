@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from examples.emails import scenario
 from tests.support.http_server import free_port
 from tests.support.processes import ROOT
 
@@ -25,16 +26,13 @@ class ExampleServers:
 
     def worker_env(self, **extra: str) -> dict[str, str]:
         """Environment for a ``python -m brain run`` worker of the five-emails example."""
-        return {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "BH_MODEL_BASE_URL": f"{self.model_url}/v1",
-            "BH_MODEL_API_KEY": MODEL_TOKEN,
-            "BH_MODEL_NAME": "scripted-notices",
-            "BH_EMAIL_SERVICE_URL": self.email_url,
-            "BH_EMAIL_SERVICE_TOKEN": EMAIL_TOKEN,
+        return scenario.worker_env(
+            email_url=self.email_url,
+            email_token=EMAIL_TOKEN,
+            model_url=self.model_url,
+            model_token=MODEL_TOKEN,
             **extra,
-        }
+        )
 
 
 @contextmanager
