@@ -18,6 +18,7 @@ from examples.emails.client import EmailClient
 from examples.emails.service import email_app
 from session_store import open_store
 from tests.support.http_server import serve
+from tests.support.kernel import task_history
 
 
 @dataclass
@@ -78,6 +79,36 @@ async def test_a_dropped_response_is_verified_by_query_not_resent(world: World) 
     batch = session.state.tasks["root.req-1.r1.c0.run"]
     paths = [r["path"] for r in batch.result["receipts"]]  # type: ignore[index]
     assert paths == ["verified", "executed", "executed", "executed", "executed"]
+    ledger = await world.email.ledger()
+    assert len(ledger.messages) == 5 and set(ledger.requests.values()) == {1}
+    await store.close()
+
+
+async def test_notices_go_out_concurrency_at_a_time(world: World) -> None:
+    batch_call = scenario.script().turns[0].tool_calls[0]
+    arguments = {**batch_call.arguments, "concurrency": 3}  # type: ignore[dict-item]
+    script = scenario.script().model_copy(
+        update={
+            "turns": (
+                scenario.script()
+                .turns[0]
+                .model_copy(
+                    update={"tool_calls": (batch_call.model_copy(update={"arguments": arguments}),)}
+                ),
+                scenario.script().turns[1],
+            )
+        }
+    )
+    store = await open_store(world.store_url)
+    await SessionClient(store).submit("s1", "req-1", {"text": scenario.REQUEST})
+    async with serve(scripted_app(script, token="model-token")) as model_url:
+        settings = scenario.worker_settings(
+            world.store_url, "s1", model_url=model_url, model_token="model-token"
+        )
+        await run_worker(settings)
+    history = await task_history(store, "s1", "root.req-1.r1.c0.run")
+    waits = [t.wait.tasks for t in history if t.wait is not None]
+    assert [len(batch) for batch in waits] == [3, 2], "two waves: three notices, then two"
     ledger = await world.email.ledger()
     assert len(ledger.messages) == 5 and set(ledger.requests.values()) == {1}
     await store.close()
