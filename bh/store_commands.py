@@ -59,16 +59,19 @@ def inspect(url: StoreUrl, session_id: str) -> None:
             f"session [bold]{session_id}[/]: seq {state.seq}, fence {state.fence}, "
             f"{state.entry_count} entries, {'active' if state.is_active else 'finished'}"
         )
-        tasks = Table("task", "kind", "status", "phase", "attempts", "outcome", title="tasks")
+        tasks = Table(title="tasks")
+        for column in ("task", "kind", "status", "phase", "attempts", "outcome", "reason"):
+            tasks.add_column(column, overflow="fold")
         for task in state.tasks.values():
             outcome = task.outcome.value if task.outcome else ""
             tasks.add_row(
                 task.id,
-                f"{task.kind} v{task.version}",
+                f"{task.kind}@{task.version}",
                 task.status.value,
                 task.phase,
                 str(task.attempts),
                 outcome,
+                task.reason or (task.error.message if task.error else ""),
             )
         console.print(tasks)
         subs = Table("request", "status", "task", title="submissions")

@@ -12,7 +12,16 @@ import pytest
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, Fail, Next, Retry, Sleep, TaskSpec, Wait
 from brain.registry import Backoff, Migration, Registry, TaskKind
-from contracts import Commit, ErrorInfo, JoinPolicy, Outcome, SubmissionStatus, Task, TaskStatus
+from contracts import (
+    Commit,
+    ErrorInfo,
+    JoinPolicy,
+    NotFound,
+    Outcome,
+    SubmissionStatus,
+    Task,
+    TaskStatus,
+)
 from tests.support.kernel import kernel, task_history
 
 FAST = Backoff(initial=timedelta(milliseconds=10))
@@ -260,3 +269,23 @@ async def test_restart_limit_fails_a_phase_found_running_too_often(
         assert failed.outcome is Outcome.FAILED and ran == []
         assert failed.error is not None and failed.error.code == "restart_limit"
         assert f"crashed its executor {max_crashes} times" in failed.error.message
+
+
+async def test_a_client_waits_for_the_answer_while_a_runner_works(tmp_path: Path) -> None:
+    async def slow(ctx: PhaseContext) -> Done:
+        await asyncio.sleep(0.2)
+        return Done(result="worth the wait")
+
+    registry = Registry()
+    registry.add(kind("slow", {"start": slow}))
+    async with kernel(tmp_path, registry) as k:
+        await k.submit_task("slow")
+        with pytest.raises(TimeoutError):
+            await k.client.wait("s1", "r1", within=timedelta(milliseconds=50))
+        running = asyncio.create_task(k.run())
+        answered = await k.client.wait("s1", "r1", within=timedelta(seconds=10))
+        await running
+        assert (answered.status, answered.answer) == (SubmissionStatus.ANSWERED, "worth the wait")
+        assert await k.client.get("s1", "r1") == answered
+        with pytest.raises(NotFound):
+            await k.client.wait("s1", "nope", within=timedelta(seconds=1))
