@@ -289,3 +289,32 @@ async def test_a_client_waits_for_the_answer_while_a_runner_works(tmp_path: Path
         assert await k.client.get("s1", "r1") == answered
         with pytest.raises(NotFound):
             await k.client.wait("s1", "nope", within=timedelta(seconds=1))
+
+
+async def test_a_stale_runner_is_fenced_out_by_a_newer_claim(tmp_path: Path) -> None:
+    # Runner A stalls inside a phase; runner B claims the session with a newer fence,
+    # re-runs the interrupted phase and finishes. A's late outcome must not land.
+    release_a, a_inside = asyncio.Event(), asyncio.Event()
+    entered: list[str] = []
+
+    async def work(ctx: PhaseContext) -> Done:
+        entered.append(ctx.services.runner_id)
+        if ctx.services.runner_id == "A":
+            a_inside.set()
+            await release_a.wait()
+        return Done(result=f"done by {ctx.services.runner_id}")
+
+    registry = Registry()
+    registry.add(kind("work", {"start": work}))
+    async with kernel(tmp_path, registry) as k:
+        await k.submit_task("work")
+        stale = asyncio.create_task(k.runner("A").drive("s1", fence=5))
+        await asyncio.wait_for(a_inside.wait(), 10)
+        fresh = await k.runner("B").drive("s1", fence=6)
+        release_a.set()
+        old = await stale
+        assert old.fenced and not fresh.fenced
+        assert entered == ["A", "B"]
+        root = await k.task("root.r1")
+        assert (root.result, root.settled_by, root.attempts) == ("done by B", "B", 2)
+        assert (await k.submission()).answer == "done by B"
