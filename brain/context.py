@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import JsonValue
 
 from brain.crashpoints import CrashPoints
+from brain.operations import Resolution, resolve
 from brain.tools import ToolDispatcher
 from contracts import Document, Entry, Task
 from session_store import SessionHandle, SessionStore
 
 if TYPE_CHECKING:
     from brain.model.client import ModelClient
-    from brain.operations import Resolution
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,4 @@ class PhaseContext:
 
     async def operation(self, tool: str, args: dict[str, Any], operation_id: str) -> Resolution:
         """Run an external action once, recovering safely if an earlier attempt died."""
-        from brain.operations import resolve
-
         return await resolve(self, tool, args, operation_id)

@@ -26,7 +26,7 @@ def start(b: CommitBuilder, task_id: str) -> Task:
     return b.update(task_id, status=TaskStatus.RUNNING, attempts=task.attempts + 1, retry_at=None)
 
 
-def enter(b: CommitBuilder, task_id: str, phase: str) -> Task:
+def enter(b: CommitBuilder, task_id: str, phase: str, **fields: Any) -> Task:
     """Enter ``phase`` as its first attempt (after a wait, a sleep or a previous phase)."""
     return b.update(
         task_id,
@@ -37,6 +37,7 @@ def enter(b: CommitBuilder, task_id: str, phase: str) -> Task:
         sleep=None,
         retry_at=None,
         reason=None,
+        **fields,
     )
 
 
@@ -48,8 +49,7 @@ def apply_outcome(
     memo = {**task.memo, **outcome.effects.memo}
     b.add(outcome.effects, parent_id=task_id)
     if isinstance(outcome, Next):
-        enter(b, task_id, outcome.phase)
-        b.update(task_id, memo=memo)
+        enter(b, task_id, outcome.phase, memo=memo)
         return True
     if isinstance(outcome, Wait):
         condition = WaitCondition(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from pydantic import JsonValue
@@ -23,10 +23,11 @@ from contracts import (
     DocumentPatch,
     Entry,
     EntryKind,
+    InvalidInput,
     NotFound,
     Submission,
 )
-from session_store import SessionHandle, SessionStore
+from session_store import SessionHandle, SessionState, SessionStore
 
 _RACES = 8
 
@@ -59,19 +60,14 @@ class SessionClient:
             if text is not None
             else ()
         )
-        for _ in range(_RACES):
-            existing = handle.state.submissions.get(request_id)
-            if existing is not None:
-                await self._remark(handle, existing)
-                return existing
-            try:
-                await handle.commit(Commit(submissions=(submission,), entries=entries), fence=None)
-                return handle.state.submissions[request_id]
-            except ConflictError as error:
-                if error.code != ConflictError.code:
-                    raise
-                await handle.refresh()
-        raise ConflictError(f"session {session_id} is too busy to accept {request_id} now")
+        accept = Commit(submissions=(submission,), entries=entries)
+        landed = await _commit_unfenced(
+            handle, lambda state: None if request_id in state.submissions else accept
+        )
+        existing = handle.state.submissions[request_id]
+        if not landed:
+            await self._remark(handle, existing)
+        return existing
 
     async def get(self, session_id: str, request_id: str) -> Submission | None:
         handle = await self.store.session(session_id)
@@ -106,7 +102,7 @@ class SessionClient:
     ) -> None:
         """Record a cancellation request; harmless to repeat."""
         if (request_id is None) == (task_id is None):
-            raise ValueError("cancel needs exactly one of request_id and task_id")
+            raise InvalidInput("cancel needs exactly one of request_id and task_id")
         member = "cancel_requests" if request_id is not None else "cancel_tasks"
         patch = DocumentPatch(
             name=CONTROL_DOCUMENT,
@@ -114,15 +110,7 @@ class SessionClient:
             create=True,
         )
         handle = await self.store.session(session_id)
-        for _ in range(_RACES):
-            try:
-                await handle.commit(Commit(documents=(patch,)), fence=None)
-                return
-            except ConflictError as error:
-                if error.code != ConflictError.code:
-                    raise
-                await handle.refresh()
-        raise ConflictError(f"session {session_id} is too busy to record the cancellation")
+        await _commit_unfenced(handle, lambda state: Commit(documents=(patch,)))
 
     async def _remark(self, handle: SessionHandle, submission: Submission) -> None:
         # A resubmission may follow a crash that lost the session's index marker.
@@ -130,5 +118,20 @@ class SessionClient:
             await self.store.index.mark(handle.session_id)
 
 
-def new_request_id() -> str:
-    return uuid.uuid4().hex
+async def _commit_unfenced(
+    handle: SessionHandle, build: Callable[[SessionState], Commit | None]
+) -> bool:
+    """Commit as an ingress writer, rebuilding after each lost race; False when ``build``
+    finds nothing left to write."""
+    for _ in range(_RACES):
+        commit = build(handle.state)
+        if commit is None:
+            return False
+        try:
+            await handle.commit(commit, fence=None)
+            return True
+        except ConflictError as error:
+            if error.code != ConflictError.code:
+                raise
+            await handle.refresh()
+    raise ConflictError(f"session {handle.session_id} is too busy to accept writes now")

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from contracts import BlobRef, Commit, CommitReceipt, Entry, FencedError
+from contracts import BlobRef, Commit, CommitReceipt, Entry
 from session_store.baselines import Baselines
 from session_store.log import CommitLog
 from session_store.state import SessionState
@@ -70,14 +70,7 @@ class SessionHandle:
         """Raise the session's fence to ``fence``: from now on lower fences commit nothing."""
         if fence == self._state.fence and self._state.seq > 0:
             return self._head_receipt()
-        if fence < self._state.fence:
-            raise FencedError(
-                f"cannot claim session {self.session_id} with fence {fence}: fence "
-                f"{self._state.fence} is already claimed",
-                session_id=self.session_id,
-                fence=fence,
-                current=self._state.fence,
-            )
+        # A lower fence is refused by the log like any fenced commit.
         return await self._log.append(self._state, Commit(), fence=fence, claim=True)
 
     async def refresh(self) -> int:
