@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import median
-from brain.context import PhaseContext, Services
+from brain.context import PhaseContext
 from brain.crashpoints import CrashPoints
 from brain.outcome import Done, Next, PhaseOutcome
 from brain.registry import Registry, TaskKind
 from brain.runner import SessionRunner
+from brain.services import Services
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import utcnow

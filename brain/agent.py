@@ -3,16 +3,21 @@
 ``agent`` (one per submission) goes prepare → request → tools → prepare … :
 
 * *request* calls the model outside any transaction. The model's response, the
-  ``tool-call`` tasks it asks for and the wait on them are one commit. A request
-  attempt that did not complete (crash, timeout) is recorded as an *interruption* and
-  never used as a response.
-* *tools* runs once every tool call has settled; their results are already entries.
+  ``tool-call`` tasks it asks for and the wait on them are one commit. Every attempt of
+  a request that did not complete (crash, timeout, outage) is recorded once as an
+  *interruption* and never used as a response.
+* *tools* runs once every tool call has settled. A call that ended without a result
+  entry (it failed, was cancelled, hit a limit, or its outcome was refused) is answered
+  here with an error result, so the next request answers every tool call exactly once,
+  as OpenAI-compatible APIs require.
 
 ``tool-call`` checks the call (known tool, JSON arguments, schema) and answers a bad
-call in-band so the model can correct itself. Plain tools run as one operation with a
-stable ``operation_id`` (``brain.operations``); composite tools run as a subtask of the
-kind they name. Either way the tool-result entry, the task's terminal state and the
-operation's "applied" mark land in one commit.
+call in-band so the model can correct itself. Plain tools run as one operation whose id
+the kernel derives from the session and the call's task (``brain.operations``; input
+cannot choose it); composite tools run as a subtask of the kind they name. Either way
+the tool-result entry, the task's terminal state and the operation's "applied" mark
+land in one commit. The output is kept once, in the entry (or a blob it references);
+the task's result refers to it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from contracts import (
     InvalidInput,
     ModelUnavailable,
     Outcome,
+    Task,
     ToolFailed,
 )
 
@@ -71,22 +77,20 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     conversation = str(ctx.input.get("conversation_id", "main"))
     round_ = ctx.memo_int("round", 1)
     prefix = f"{ctx.task.id}.r{round_}"
-    interrupted = _interruptions(ctx, prefix, conversation)
-    messages = [_system(ctx), *_messages(await ctx.conversation(conversation))]
+    history = await ctx.conversation(conversation)
+    interrupted = _interruptions(ctx, prefix, conversation, history)
+    messages = [_system(ctx), *_messages(history)]
     tools = [
         ToolSchema(name=spec.name, description=spec.description, parameters=spec.parameters)
         for spec in ctx.services.tools.specs()
     ]
-    ctx.checkpoint("call:before:model")
+    ctx.crash_point("call:before:model")
     try:
         reply = await model.complete(messages, tools=tools, request_id=f"{prefix}.a{ctx.attempt}")
     except ModelUnavailable as error:
         note = _interruption(f"{prefix}.int{ctx.attempt}", conversation, ctx.attempt, error.message)
-        return Retry(
-            reason=error.message,
-            effects=Effects(entries=(*interrupted, note), memo={"retried_attempt": ctx.attempt}),
-        )
-    ctx.checkpoint("call:after:model")
+        return Retry(reason=error.message, effects=Effects(entries=(*interrupted, note)))
+    ctx.crash_point("call:after:model")
     calls = [(f"{prefix}.c{n}", call) for n, call in enumerate(reply.tool_calls)]
     response = Entry(
         id=f"{prefix}.response",
@@ -102,7 +106,7 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     )
     if not calls:
         return Done(result=reply.content, effects=Effects(entries=(*interrupted, response)))
-    spawn = tuple(_tool_task(ctx, task_id, call, conversation) for task_id, call in calls)
+    spawn = tuple(_tool_task(task_id, call, conversation) for task_id, call in calls)
     return Wait(
         tasks=tuple(spec.id for spec in spawn),
         next_phase="tools",
@@ -111,10 +115,43 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
 
 
 async def _tools(ctx: PhaseContext) -> PhaseOutcome:
-    return Next(phase="prepare")
+    """Every call of this round has settled: answer, with an error, any that left no
+    result entry, so that the next request answers each of the model's calls."""
+    conversation = str(ctx.input.get("conversation_id", "main"))
+    answered = {
+        entry.content.get("call_id")
+        for entry in await ctx.conversation(conversation)
+        if entry.kind is EntryKind.TOOL_RESULT and isinstance(entry.content, dict)
+    }
+    missing = tuple(
+        _unanswered(call, conversation)
+        for call in ctx.children()
+        if call.kind == TOOL_CALL and call.is_terminal and call.input.get("call_id") not in answered  # type: ignore[union-attr]
+    )
+    return Next(phase="prepare", effects=Effects(entries=missing))
 
 
-def _tool_task(ctx: PhaseContext, task_id: str, call: ToolCall, conversation: str) -> TaskSpec:
+def _unanswered(call: Task, conversation: str) -> Entry:
+    error = call.error or ErrorInfo(
+        code="tool_cancelled" if call.outcome is Outcome.CANCELLED else "no_result",
+        message=call.reason or f"the call ended {call.outcome} without a result",
+    )
+    given: Any = call.input
+    return Entry(
+        id=f"{call.id}.result",
+        kind=EntryKind.TOOL_RESULT,
+        conversation_id=conversation,
+        task_id=call.id,
+        content={
+            "call_id": given["call_id"],
+            "tool": given["tool"],
+            "ok": False,
+            "error": {"code": error.code, "message": error.message},
+        },
+    )
+
+
+def _tool_task(task_id: str, call: ToolCall, conversation: str) -> TaskSpec:
     return TaskSpec(
         id=task_id,
         kind=TOOL_CALL,
@@ -123,8 +160,6 @@ def _tool_task(ctx: PhaseContext, task_id: str, call: ToolCall, conversation: st
             "arguments": call.arguments,
             "call_id": call.id,
             "conversation_id": conversation,
-            # Stable identity, frozen with the intent: recovery re-uses it, never a new one.
-            "operation_id": f"{ctx.session_id}:{task_id}",
         },
     )
 
@@ -148,23 +183,33 @@ async def _check_call(ctx: PhaseContext) -> PhaseOutcome:
     return Next(phase="execute", effects=Effects(memo={"args": args}))
 
 
+CALL_KEY = "call"
+
+
 async def _execute(ctx: PhaseContext) -> PhaseOutcome:
     args: dict[str, Any] = dict(ctx.memo["args"])  # type: ignore[arg-type]
-    operation_id = str(ctx.input["operation_id"])
     try:
-        resolution = await ctx.operation(str(ctx.input["tool"]), args, operation_id)
+        performed = await ctx.operation(str(ctx.input["tool"]), args, CALL_KEY)
     except (ToolFailed, InvalidInput) as error:
         # It definitely did not happen: tell the model. Anything else (outcome unknown,
         # parked, retryable) is the kernel's to handle.
         return _answer_error(ctx, error.code, error.message, applied=True)
-    output, blob = await _keep_small(ctx, resolution.output)
+    output, blob = await _keep_small(ctx, performed.output)
+    entry = _tool_result(ctx, ok=True, output=output, blob=blob)
     return Done(
-        result={"output": output, "path": resolution.path},
-        effects=Effects(
-            entries=(_tool_result(ctx, ok=True, output=output, blob=blob),),
-            applied_operations=(operation_id,),
-        ),
+        result=_reference(entry, performed.path),
+        effects=Effects(entries=(entry,), applied_operations=(performed.operation_id,)),
     )
+
+
+def _reference(entry: Entry, path: str) -> dict[str, JsonValue]:
+    """A tool call's result: where its output is kept (entry, blob), not a copy of it."""
+    return {
+        "path": path,
+        "operation_id": entry.operation_id,
+        "entry": entry.id,
+        "blob": entry.blob.digest if entry.blob else None,
+    }
 
 
 async def _keep_small(ctx: PhaseContext, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
@@ -181,12 +226,10 @@ async def _collect(ctx: PhaseContext) -> PhaseOutcome:
     child = ctx.get_task(f"{ctx.task.id}.run")
     assert child is not None and child.is_terminal
     if child.outcome is Outcome.SUCCEEDED:
+        entry = _tool_result(ctx, ok=True, output=child.result)
         return Done(
-            result={"output": child.result, "path": "executed"},
-            effects=Effects(
-                entries=(_tool_result(ctx, ok=True, output=child.result),),
-                applied_operations=(str(ctx.input["operation_id"]),),
-            ),
+            result=_reference(entry, "executed"),
+            effects=Effects(entries=(entry,), applied_operations=(ctx.operation_id(CALL_KEY),)),
         )
     error = child.error or ErrorInfo(code="tool_cancelled", message=child.reason or "cancelled")
     return _answer_error(ctx, error.code, error.message, applied=True)
@@ -195,7 +238,7 @@ async def _collect(ctx: PhaseContext) -> PhaseOutcome:
 def _answer_error(ctx: PhaseContext, code: str, message: str, *, applied: bool = False) -> Fail:
     """Fail the call, telling the model what was wrong in the tool result."""
     entry = _tool_result(ctx, ok=False, output={"code": code, "message": message})
-    applied_ids = (str(ctx.input["operation_id"]),) if applied else ()
+    applied_ids = (ctx.operation_id(CALL_KEY),) if applied else ()
     return Fail(
         error=ErrorInfo(code=code, message=message),
         effects=Effects(entries=(entry,), applied_operations=applied_ids),
@@ -211,7 +254,7 @@ def _tool_result(
         kind=EntryKind.TOOL_RESULT,
         conversation_id=str(ctx.input.get("conversation_id", "main")),
         task_id=ctx.task.id,
-        operation_id=str(ctx.input["operation_id"]),
+        operation_id=ctx.operation_id(CALL_KEY),
         content={
             "call_id": ctx.input["call_id"],
             "tool": ctx.input["tool"],
@@ -221,17 +264,21 @@ def _tool_result(
     )
 
 
-def _interruptions(ctx: PhaseContext, prefix: str, conversation: str) -> tuple[Entry, ...]:
-    """Attempts of this request that left no outcome: the process died during them."""
-    if ctx.attempt <= 1 or ctx.memo_int("retried_attempt") == ctx.attempt - 1:
-        return ()  # first attempt, or the previous one ended with a recorded error
-    return (
+def _interruptions(
+    ctx: PhaseContext, prefix: str, conversation: str, history: list[Entry]
+) -> tuple[Entry, ...]:
+    """Earlier attempts of this request with no record yet: the process running each of
+    them died before any outcome. An attempt that ended with an error recorded its own."""
+    recorded = {entry.id for entry in history if entry.kind is EntryKind.INTERRUPTION}
+    return tuple(
         _interruption(
-            f"{prefix}.int{ctx.attempt - 1}",
+            f"{prefix}.int{attempt}",
             conversation,
-            ctx.attempt - 1,
+            attempt,
             "the process running this request stopped before it completed",
-        ),
+        )
+        for attempt in range(1, ctx.attempt)
+        if f"{prefix}.int{attempt}" not in recorded
     )
 
 
@@ -251,22 +298,35 @@ def _system(ctx: PhaseContext) -> ChatMessage:
 
 
 def _messages(entries: list[Entry]) -> list[ChatMessage]:
-    messages: list[ChatMessage] = []
+    """The conversation as chat messages: each assistant message with tool calls is
+    followed by exactly one tool message per call, whatever else was recorded between
+    them (user input that arrived meanwhile comes after)."""
+    results: dict[str, ChatMessage] = {}
     for entry in entries:
         content: Any = entry.content
+        if entry.kind is EntryKind.TOOL_RESULT and isinstance(content, dict):
+            call_id = str(content.get("call_id"))
+            body = content.get("output") if content.get("ok") else {"error": content.get("error")}
+            results.setdefault(
+                call_id, ChatMessage(role="tool", tool_call_id=call_id, content=_text(body))
+            )
+    messages: list[ChatMessage] = []
+    for entry in entries:
+        content = entry.content
         if entry.kind is EntryKind.USER_INPUT:
             messages.append(ChatMessage(role="user", content=_text(content)))
-        elif entry.kind is EntryKind.MODEL_RESPONSE:
+        elif entry.kind is EntryKind.MODEL_RESPONSE and isinstance(content, dict):
             calls = tuple(ToolCall.model_validate(call) for call in content.get("tool_calls", ()))
             messages.append(
                 ChatMessage(role="assistant", content=content.get("content"), tool_calls=calls)
             )
-        elif entry.kind is EntryKind.TOOL_RESULT:
-            body = content.get("output") if content.get("ok") else {"error": content.get("error")}
-            messages.append(
-                ChatMessage(role="tool", tool_call_id=str(content["call_id"]), content=_text(body))
-            )
+            messages.extend(results.get(call.id) or _no_result(call.id) for call in calls)
     return messages
+
+
+def _no_result(call_id: str) -> ChatMessage:
+    body = {"error": {"code": "no_result", "message": "no result was recorded for this call"}}
+    return ChatMessage(role="tool", tool_call_id=call_id, content=_text(body))
 
 
 def _text(value: Any) -> str:

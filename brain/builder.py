@@ -13,6 +13,7 @@ from typing import Any
 from brain.outcome import Effects, TaskSpec
 from contracts import (
     Commit,
+    Document,
     DocumentWrite,
     Entry,
     OutboxMessage,
@@ -83,6 +84,14 @@ class CommitBuilder:
         )
         self._tasks[task.id] = task
         return task
+
+    def document(self, name: str) -> Document | None:
+        """A document as stored (documents written in this commit are not merged in)."""
+        return self._state.documents.get(name)
+
+    def submissions(self) -> list[Submission]:
+        """Every submission of the open state, as this commit will leave it (so far)."""
+        return [self._submissions.get(key, sub) for key, sub in self._state.submissions.items()]
 
     def submission(self, request_id: str) -> Submission:
         return self._submissions.get(request_id) or self._state.submissions[request_id]

@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import JsonValue
 
-from brain.crashpoints import CrashPoints
-from brain.operations import Resolution, resolve
-from brain.tools import ToolDispatcher
-from contracts import Document, Entry, Task
-from session_store import SessionHandle, SessionStore
-
-if TYPE_CHECKING:
-    from brain.model.client import ModelClient
-
-
-@dataclass(frozen=True)
-class Services:
-    """Everything phases may use besides the session itself."""
-
-    store: SessionStore
-    tools: ToolDispatcher
-    crash: CrashPoints
-    clock: Callable[[], datetime]
-    runner_id: str
-    model: ModelClient | None = None
+from brain.operations import Operations, Performed
+from brain.services import Services
+from contracts import Document, Entry, Operation, Task
+from session_store import SessionHandle
 
 
 class PhaseContext:
@@ -38,6 +20,7 @@ class PhaseContext:
         self.task = task
         self._handle = handle
         self.services = services
+        self._operations = Operations(services, handle.session_id, task)
 
     @property
     def session_id(self) -> str:
@@ -67,19 +50,30 @@ class PhaseContext:
         return self._handle.state.documents.get(name)
 
     def get_task(self, task_id: str) -> Task | None:
+        """A task of the session's open work; children of this task are always here."""
         return self._handle.state.tasks.get(task_id)
 
     def children(self) -> list[Task]:
-        """Tasks this task created, in creation order."""
+        """Tasks this task created, in creation order (kept while this task is open)."""
         return [t for t in self._handle.state.tasks.values() if t.parent_id == self.task.id]
 
     async def conversation(self, conversation_id: str) -> list[Entry]:
         return [e for e in await self._handle.entries() if e.conversation_id == conversation_id]
 
-    def checkpoint(self, name: str) -> None:
-        """Mark a moment where a crash is worth testing (see ``brain.crashpoints``)."""
+    def crash_point(self, name: str) -> None:
+        """A moment where a crash is worth testing (see ``brain.crashpoints``)."""
         self.services.crash.reached(name)
 
-    async def operation(self, tool: str, args: dict[str, Any], operation_id: str) -> Resolution:
-        """Run an external action once, recovering safely if an earlier attempt died."""
-        return await resolve(self, tool, args, operation_id)
+    def operation_id(self, key: str) -> str:
+        """The id of this task's operation ``key`` (derived, stable across attempts)."""
+        return self._operations.id_for(key)
+
+    async def operation(self, tool: str, args: dict[str, Any], key: str) -> Performed:
+        """Run this task's external action ``key`` once, recovering safely if an earlier
+        attempt died or may still be running (``brain.operations``)."""
+        return await self._operations.perform(tool, args, key)
+
+    @property
+    def cancelled_operation(self) -> Operation | None:
+        """The operation whose call was in flight when this phase was cancelled."""
+        return self._operations.cancelled

@@ -20,10 +20,20 @@ _SUBMISSION_STATUS = {
 }
 
 
-def start(b: CommitBuilder, task_id: str) -> Task:
-    """Intent before action: the attempt is on record before the phase runs."""
+def start(b: CommitBuilder, task_id: str, *, after_crash: bool = False) -> Task:
+    """Intent before action: the attempt is on record before the phase runs.
+
+    ``after_crash``: the previous start of this phase left no outcome (its process died);
+    that start counts towards the restart limit.
+    """
     task = b.task(task_id)
-    return b.update(task_id, status=TaskStatus.RUNNING, attempts=task.attempts + 1, retry_at=None)
+    return b.update(
+        task_id,
+        status=TaskStatus.RUNNING,
+        attempts=task.attempts + 1,
+        crashes=task.crashes + after_crash,
+        retry_at=None,
+    )
 
 
 def enter(b: CommitBuilder, task_id: str, phase: str, **fields: Any) -> Task:
@@ -33,8 +43,10 @@ def enter(b: CommitBuilder, task_id: str, phase: str, **fields: Any) -> Task:
         status=TaskStatus.RUNNING,
         phase=phase,
         attempts=1,
+        crashes=0,
         wait=None,
         sleep=None,
+        parked=None,
         retry_at=None,
         reason=None,
         **fields,
@@ -62,13 +74,22 @@ def apply_outcome(
             task_id,
             status=TaskStatus.WAITING,
             wait=condition,
+            parked=outcome.parked,
             attempts=0,
+            crashes=0,
             memo=memo,
             reason=outcome.reason,
         )
     elif isinstance(outcome, Sleep):
         condition_ = SleepCondition(until=outcome.until, next_phase=outcome.next_phase)
-        b.update(task_id, status=TaskStatus.SLEEPING, sleep=condition_, attempts=0, memo=memo)
+        b.update(
+            task_id,
+            status=TaskStatus.SLEEPING,
+            sleep=condition_,
+            attempts=0,
+            crashes=0,
+            memo=memo,
+        )
     elif isinstance(outcome, Done):
         decide(b, task_id, Outcome.SUCCEEDED, runner_id=runner_id, result=outcome.result, memo=memo)
     elif isinstance(outcome, Fail):
@@ -95,6 +116,7 @@ def decide(
         settled_by=runner_id,
         wait=None,
         sleep=None,
+        parked=None,
         retry_at=None,
         **fields,
     )
@@ -122,9 +144,20 @@ def request_cancel(b: CommitBuilder, task_id: str, reason: str) -> None:
         pending.extend(children.get(current.id, ()))
 
 
-def settle_cancelled(b: CommitBuilder, task_id: str, *, runner_id: str) -> None:
+def settle_cancelled(
+    b: CommitBuilder, task_id: str, *, runner_id: str, note: str | None = None
+) -> None:
+    """Settle a task whose cancellation was requested; ``note`` adds what it left behind
+    (e.g. an operation whose call was in flight)."""
     task = b.task(task_id)
-    decide(b, task_id, Outcome.CANCELLED, runner_id=runner_id, reason=task.reason or "cancelled")
+    reason = task.reason or "cancelled"
+    decide(
+        b,
+        task_id,
+        Outcome.CANCELLED,
+        runner_id=runner_id,
+        reason=f"{reason}; {note}" if note else reason,
+    )
 
 
 def fail(b: CommitBuilder, task_id: str, error: ErrorInfo, *, runner_id: str) -> None:

@@ -1,54 +1,86 @@
-"""Running an external action exactly once, across crashes (invariant 8, no blind replay).
+"""Running an external action once, across crashes and takeovers (invariants 3, 4, 8, 11).
 
-The phase that runs an operation was committed as *running, attempt k* before the call
-(intent before action). On attempt 1 nothing can have happened yet, so the tool runs.
-On a later attempt, or when the call itself reports ``OutcomeUnknown``, an earlier try
-may have happened, and the tool's declaration decides:
+An operation's id is derived by the kernel from its session, its task and a key the phase
+names (``operation_id``); client input never chooses it. The operation's record in the
+store is the intent of every attempt: before the tool runs, the attempt is recorded with
+its executor, its process and a deadline (now + the tool's timeout), and the executor
+abandons the call at that deadline. What a phase finds decides what it does:
 
-==========================  ===========================================================
-tool                        recovery
-==========================  ===========================================================
-replay-safe                 run again with the same operation id (``replayed``)
-unsafe, with a query        ask; found → use that result (``verified``); not found →
-                            run it (``executed``)
-unsafe, without a query     park the task as *uncertain* with the reason, waiting on the
-                            operation's result; never re-run (``OperationParked``)
-==========================  ===========================================================
+=================================================  =====================================
+the operation's record                             what happens (recorded path)
+=================================================  =====================================
+a result is stored                                 use it, run nothing (``reused``)
+none                                               record attempt 1 and run (``executed``)
+running, and the attempt may still be in flight    wait, as task state, until its
+(another executor, before deadline + margin)       deadline (``OperationInFlight``)
+running, and the attempt is over (its process is   recover, by the tool's declaration:
+gone, its deadline passed, or our own call ended   replay-safe: run again with the same
+with ``OutcomeUnknown``)                           id (``replayed``); unsafe with a
+                                                   query: ask — found: ``verified``,
+                                                   not found: run (``executed``);
+                                                   unsafe without a query: park as
+                                                   uncertain (``OperationParked``)
+uncertain                                          stay parked until an operator decides
+=================================================  =====================================
 
-Whatever the attempt, a result already recorded in the store for the operation id (by
-an executor, a verifier, or an operator settling a parked operation) is used as it is
-(``reused``): nothing runs again.
+Every new attempt is a create-once revision of the record, so of several would-be
+executors exactly one runs it. Results are written once, with the session they belong
+to; reuse requires the same session, task, tool and frozen arguments, and a mismatch is
+refused (``OperationMismatch``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Literal
+import hashlib
+import json
+import logging
+from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import JsonValue
 
+from brain.incarnation import ProcessState, process_state
+from brain.services import Services
+from brain.tools import ToolSpec
 from contracts import (
     AlreadyExists,
+    BlobRef,
     BrainhandsError,
+    ConflictError,
+    ErrorInfo,
     InvalidInput,
     Operation,
+    OperationMismatch,
+    OperationResult,
     OperationStatus,
     OutcomeUnknown,
     ReplayPolicy,
+    Task,
+    ToolFailed,
 )
 from contracts.model import Frozen
 
-if TYPE_CHECKING:
-    from brain.context import PhaseContext
+log = logging.getLogger(__name__)
 
-Path = Literal["executed", "verified", "replayed", "reused"]
+RecoveryPath = Literal["executed", "verified", "replayed", "reused"]
+
+#: Outputs larger than this are stored as a blob referenced by the result record.
+INLINE_RESULT_BYTES = 64 * 1024
 
 
-class Resolution(Frozen):
-    """The result of an operation and how it was obtained."""
+def operation_id(session_id: str, task_id: str, key: str) -> str:
+    """The stable id of the operation ``key`` of a task: the same inputs, the same id."""
+    digest = hashlib.sha256(json.dumps([session_id, task_id, key]).encode()).hexdigest()
+    return f"op-{digest[:40]}"
+
+
+class Performed(Frozen):
+    """An operation's output and how this phase obtained it."""
 
     operation_id: str
-    path: Path
+    path: RecoveryPath
     output: JsonValue = None
 
 
@@ -62,59 +94,265 @@ class OperationParked(BrainhandsError):
         self.operation_id = operation_id
 
 
-async def resolve(
-    ctx: PhaseContext, tool: str, args: dict[str, Any], operation_id: str
-) -> Resolution:
-    spec = ctx.services.tools.spec(tool)
-    if spec is None:
-        raise InvalidInput(f"unknown tool {tool!r}")
-    settled = await ctx.services.store.get_operation_result(operation_id)
-    if settled is not None:
-        return Resolution(operation_id=operation_id, path="reused", output=settled.output)
-    if ctx.attempt <= 1:
+class OperationInFlight(BrainhandsError):
+    """An earlier attempt may still be running until ``until``: wait, then look again."""
+
+    code = "operation_in_flight"
+
+    def __init__(self, message: str, *, operation_id: str, until: datetime) -> None:
+        super().__init__(message, operation_id=operation_id, until=until.isoformat())
+        self.operation_id = operation_id
+        self.until = until
+
+
+class RecoveryPending(BrainhandsError):
+    """The outcome is still unknown after recovering once; try again on a later attempt."""
+
+    code = "recovery_pending"
+    retryable = True
+
+
+class Operations:
+    """The operations of one phase run of one task."""
+
+    def __init__(self, services: Services, session_id: str, task: Task) -> None:
+        self._services = services
+        self._session_id = session_id
+        self._task = task
+        #: the operation whose call was running when the phase was cancelled, if any
+        self.cancelled: Operation | None = None
+
+    def id_for(self, key: str) -> str:
+        return operation_id(self._session_id, self._task.id, key)
+
+    async def perform(self, tool: str, args: dict[str, Any], key: str) -> Performed:
+        spec = self._services.tools.spec(tool)
+        if spec is None:
+            raise InvalidInput(f"unknown tool {tool!r}")
+        frozen = _frozen(args)
+        op_id = self.id_for(key)
+        store = self._services.store
+        record = await store.get_operation(op_id)
+        if record is not None:
+            self._check_same(record, tool, frozen)
+        result = await store.get_operation_result(op_id)
+        if result is not None:
+            if record is None or result.session_id != self._session_id:
+                raise OperationMismatch(
+                    f"operation {op_id} has a result that is not this session's",
+                    operation_id=op_id,
+                )
+            return await self._reuse(result)
+        if record is None:
+            first = await self._begin(None, spec, frozen, op_id)
+            return await self._execute(first, spec, "executed")
+        if record.status is OperationStatus.UNCERTAIN:
+            raise OperationParked(record.reason or "outcome unknown", operation_id=op_id)
+        if record.status is OperationStatus.ACCEPTED:
+            return await self._execute(await self._begin(record, spec, frozen), spec, "executed")
+        if record.status is not OperationStatus.RUNNING:
+            reason = f"operation {op_id} is {record.status.value} but has no result on record"
+            raise OperationParked(await self._park(record, reason), operation_id=op_id)
+        self._wait_if_in_flight(record)
+        return await self._recover(record, spec, frozen)
+
+    def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
+        differences = [
+            what
+            for what, same in (
+                ("session", record.session_id == self._session_id),
+                ("task", record.task_id == self._task.id),
+                ("tool", record.tool == tool),
+                ("arguments", record.args == args),
+            )
+            if not same
+        ]
+        if differences:
+            raise OperationMismatch(
+                f"operation {record.operation_id} was recorded with another "
+                f"{', '.join(differences)} than this call ({tool} in task {self._task.id} "
+                f"of session {self._session_id}); its result cannot answer this call",
+                operation_id=record.operation_id,
+                differs=differences,
+            )
+
+    def _wait_if_in_flight(self, record: Operation) -> None:
+        services = self._services
+        ours_and_ended = (
+            record.executor == services.runner_id and record.operation_id not in services.inflight
+        )
+        if ours_and_ended or record.deadline is None:
+            return
+        if process_state(record.process) is ProcessState.GONE:
+            return  # its process is certainly dead: nothing of it is in flight
+        until = record.deadline + services.takeover_margin
+        if services.clock() < until:
+            raise OperationInFlight(
+                f"operation {record.operation_id} attempt {record.attempts} by "
+                f"{record.executor} may still be in flight until {until.isoformat()}",
+                operation_id=record.operation_id,
+                until=until,
+            )
+
+    async def _recover(self, record: Operation, spec: ToolSpec, args: JsonValue) -> Performed:
+        """The last attempt is over and its outcome unknown: recover by the tool's kind."""
+        if spec.replay is ReplayPolicy.SAFE:
+            return await self._execute(await self._begin(record, spec, args), spec, "replayed")
+        if spec.queryable:
+            found = await self._query(record, spec)
+            if found is not None:
+                return found
+            return await self._execute(await self._begin(record, spec, args), spec, "executed")
+        reason = (
+            f"operation {record.operation_id} ({spec.name}) may have run in attempt "
+            f"{record.attempts}; {spec.name} is not replay-safe and has no query, so it is "
+            "not re-run: an operator must decide"
+        )
+        raise OperationParked(await self._park(record, reason), operation_id=record.operation_id)
+
+    async def _execute(self, record: Operation, spec: ToolSpec, path: RecoveryPath) -> Performed:
         try:
-            return await _run(ctx, tool, args, operation_id, "executed")
+            return await self._attempt(record, spec, path)
         except OutcomeUnknown:
-            pass  # the call may have happened: recover exactly as after a crash
-    if spec.replay is ReplayPolicy.SAFE:
-        return await _run(ctx, tool, args, operation_id, "replayed")
-    if spec.queryable:
-        ctx.checkpoint(f"call:before:query:{tool}")
-        answer = await ctx.services.tools.query(tool, args, operation_id=operation_id)
-        ctx.checkpoint(f"call:after:query:{tool}")
-        if answer.found:
-            return Resolution(operation_id=operation_id, path="verified", output=answer.output)
-        return await _run(ctx, tool, args, operation_id, "executed")
-    reason = (
-        f"operation {operation_id} ({tool}) may have run before attempt {ctx.attempt}; "
-        f"{tool} is not replay-safe and has no query, so it is not re-run"
-    )
-    await _record_uncertain(ctx, tool, args, operation_id, reason)
-    raise OperationParked(reason, operation_id=operation_id)
+            pass  # our own call ended without an answer: recover now, once
+        current = await self._services.store.get_operation(record.operation_id) or record
+        try:
+            return await self._recover(current, spec, current.args)
+        except OutcomeUnknown as error:
+            raise RecoveryPending(f"{error.message} (again while recovering)") from error
+
+    async def _begin(
+        self, record: Operation | None, spec: ToolSpec, args: JsonValue, op_id: str = ""
+    ) -> Operation:
+        """Record a new attempt before it starts (intent before action); exactly one of
+        several would-be executors wins it."""
+        services = self._services
+        attempt = {
+            "executor": services.runner_id,
+            "process": services.process,
+            "deadline": services.clock() + spec.timeout,
+        }
+        try:
+            if record is None:
+                return await services.store.create_operation(
+                    Operation(
+                        operation_id=op_id,
+                        session_id=self._session_id,
+                        task_id=self._task.id,
+                        tool=spec.name,
+                        args=args,
+                        replay=spec.replay,
+                        status=OperationStatus.RUNNING,
+                        attempts=1,
+                        **attempt,
+                    )
+                )
+            return await services.store.transition_operation(
+                record, OperationStatus.RUNNING, attempts=record.attempts + 1, **attempt
+            )
+        except (AlreadyExists, ConflictError) as error:
+            raise RecoveryPending(
+                f"another executor started operation {record.operation_id if record else op_id}"
+                f" at the same moment ({error.code}); looking again on the next attempt"
+            ) from error
+
+    async def _attempt(self, record: Operation, spec: ToolSpec, path: RecoveryPath) -> Performed:
+        services, op_id = self._services, record.operation_id
+        args: dict[str, Any] = dict(record.args) if isinstance(record.args, dict) else {}
+        services.crash.reached(f"call:before:{spec.name}")
+        services.inflight.add(op_id)
+        try:
+            remaining = (record.deadline or services.clock()) - services.clock()
+            async with asyncio.timeout(max(0.0, remaining.total_seconds())):
+                output = await services.tools.run(spec.name, args, operation_id=op_id)
+        except TimeoutError:
+            raise OutcomeUnknown(
+                f"operation {op_id} ({spec.name}) was abandoned at its deadline "
+                f"({spec.timeout.total_seconds():g} s); it may or may not have happened",
+                operation_id=op_id,
+            ) from None
+        except (ToolFailed, InvalidInput) as error:
+            await self._finish(record, None, error.info())
+            raise
+        except asyncio.CancelledError:
+            self.cancelled = record
+            await asyncio.shield(self._mark_cancelled(record))
+            raise
+        finally:
+            services.inflight.discard(op_id)
+        services.crash.reached(f"call:after:{spec.name}")
+        await self._finish(record, output, None)
+        return Performed(operation_id=op_id, path=path, output=output)
+
+    async def _query(self, record: Operation, spec: ToolSpec) -> Performed | None:
+        services, op_id = self._services, record.operation_id
+        args: dict[str, Any] = dict(record.args) if isinstance(record.args, dict) else {}
+        services.crash.reached(f"call:before:query:{spec.name}")
+        answer = await services.tools.query(spec.name, args, operation_id=op_id)
+        services.crash.reached(f"call:after:query:{spec.name}")
+        if not answer.found:
+            return None
+        await self._finish(record, answer.output, None)
+        return Performed(operation_id=op_id, path="verified", output=answer.output)
+
+    async def _finish(self, record: Operation, output: JsonValue, error: ErrorInfo | None) -> None:
+        """Write the result once (the truth), then close the record (a convenience)."""
+        store = self._services.store
+        inline, blob = await self._stored_output(output)
+        await store.put_operation_result(
+            OperationResult(
+                operation_id=record.operation_id,
+                session_id=self._session_id,
+                succeeded=error is None,
+                output=inline,
+                blob=blob,
+                error=error,
+            )
+        )
+        status = OperationStatus.SUCCEEDED if error is None else OperationStatus.FAILED
+        try:
+            await store.transition_operation(record, status)
+        except BrainhandsError as problem:  # the result above is what counts
+            log.warning("operation %s: result stored, record not closed: %s", record, problem)
+
+    async def _stored_output(self, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
+        data = json.dumps(output).encode()
+        if len(data) <= INLINE_RESULT_BYTES:
+            return output, None
+        return None, await self._services.store.put_blob(data, "application/json")
+
+    async def _reuse(self, result: OperationResult) -> Performed:
+        if not result.succeeded:
+            error = result.error or ErrorInfo(code="tool_failed", message="the tool failed")
+            raise ToolFailed(error.message, **error.details)
+        output = result.output
+        if result.blob is not None:
+            output = json.loads(await self._services.store.get_blob(result.blob))
+        return Performed(operation_id=result.operation_id, path="reused", output=output)
+
+    async def _park(self, record: Operation, reason: str) -> str:
+        """Make the operation's unknown outcome visible where operators look for it."""
+        # Someone else may have moved it meanwhile; then the next look decides again.
+        with contextlib.suppress(ConflictError):
+            await self._services.store.transition_operation(
+                record, OperationStatus.UNCERTAIN, reason=reason
+            )
+        return reason
+
+    async def _mark_cancelled(self, record: Operation) -> None:
+        reason = (
+            f"cancelled while the call to {record.tool} was in flight; whether it "
+            "happened is unknown"
+        )
+        try:
+            await self._services.store.transition_operation(
+                record, OperationStatus.UNCERTAIN, reason=reason
+            )
+        except BrainhandsError:
+            log.warning("could not record operation %s as uncertain", record.operation_id)
 
 
-async def _run(
-    ctx: PhaseContext, tool: str, args: dict[str, Any], operation_id: str, path: Path
-) -> Resolution:
-    ctx.checkpoint(f"call:before:{tool}")
-    output = await ctx.services.tools.run(tool, args, operation_id=operation_id)
-    ctx.checkpoint(f"call:after:{tool}")
-    return Resolution(operation_id=operation_id, path=path, output=output)
-
-
-async def _record_uncertain(
-    ctx: PhaseContext, tool: str, args: dict[str, Any], operation_id: str, reason: str
-) -> None:
-    """Make the parked operation visible where operators look for operations."""
-    operation = Operation(
-        operation_id=operation_id,
-        session_id=ctx.session_id,
-        task_id=ctx.task.id,
-        tool=tool,
-        args=args,
-        replay=ReplayPolicy.UNSAFE,
-        status=OperationStatus.UNCERTAIN,
-        reason=reason,
-    )
-    with contextlib.suppress(AlreadyExists):  # parked before: the record is there
-        await ctx.services.store.create_operation(operation)
+def _frozen(args: dict[str, Any]) -> JsonValue:
+    """The arguments as stored JSON (tuples become lists), to compare with the record."""
+    frozen: JsonValue = json.loads(json.dumps(args))
+    return frozen

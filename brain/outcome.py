@@ -11,12 +11,16 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from contracts import DocumentWrite, Entry, ErrorInfo, JoinPolicy, OutboxMessage
+from contracts import DocumentWrite, Entry, ErrorInfo, JoinPolicy, OutboxMessage, Parked
 from contracts.model import AwareDatetime, Frozen, Identifier
 
 
 class TaskSpec(Frozen):
-    """A task to create in the same commit as the outcome that asks for it."""
+    """A task to create in the same commit as the outcome that asks for it.
+
+    ``id`` is chosen by the handler: unique within the session (ids of settled tasks
+    included); the store refuses a duplicate, which fails the task that asked for it.
+    """
 
     id: Identifier
     kind: str
@@ -49,7 +53,8 @@ class Next(Frozen):
 
 
 class Wait(Frozen):
-    """Wait for tasks and/or operation results, then enter ``next_phase``."""
+    """Wait for tasks and/or operation results, then enter ``next_phase``. ``parked``
+    marks a wait on an operation whose outcome only an operator can decide."""
 
     type: Literal["wait"] = "wait"
     tasks: tuple[Identifier, ...] = ()
@@ -57,6 +62,7 @@ class Wait(Frozen):
     join: JoinPolicy = JoinPolicy.ALL_SETTLED
     next_phase: str
     reason: str | None = None
+    parked: Parked | None = None
     effects: Effects = NO_EFFECTS
 
 

@@ -6,7 +6,7 @@ them. Every rule is one small function from a task to a step (or nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -32,6 +32,7 @@ class Step:
     task_id: str
     phase: str | None = None
     culprit: str | None = None
+    after_crash: bool = False
 
 
 @dataclass
@@ -45,13 +46,22 @@ class Plan:
             self.next_wake_at = moment
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What planning needs besides the state: the time, which awaited operations have a
+    result, and awaited tasks that already left the state for the archive."""
+
+    now: datetime
+    settled_operations: Collection[str] = frozenset()
+    archived_tasks: Mapping[str, Task] = field(default_factory=dict)
+
+
 def plan(
     state: SessionState,
     registry: Registry,
+    facts: Facts,
     *,
-    now: datetime,
     running_here: Collection[str],
-    settled_operations: Collection[str],
 ) -> Plan:
     result = Plan()
     for task in state.tasks.values():
@@ -61,19 +71,14 @@ def plan(
         if resolution.kind is None:
             result.blocked[task.id] = resolution.blocked or "no handler"
             continue
-        step = _step_for(task, resolution, state, now, settled_operations, result)
+        step = _step_for(task, resolution, state, facts, result)
         if step is not None:
             result.steps.append(step)
     return result
 
 
 def _step_for(
-    task: Task,
-    resolution: Resolution,
-    state: SessionState,
-    now: datetime,
-    settled_operations: Collection[str],
-    result: Plan,
+    task: Task, resolution: Resolution, state: SessionState, facts: Facts, result: Plan
 ) -> Step | None:
     if resolution.migrations:
         return Step("migrate", task.id)
@@ -82,52 +87,52 @@ def _step_for(
     if task.cancel_requested:
         return Step("cancel", task.id)
     rule = _RULES[task.status]
-    return rule(task, resolution, state, now, settled_operations, result)
+    return rule(task, resolution, state, facts, result)
 
 
 def _pending(
-    task: Task, _r: Resolution, _s: SessionState, now: datetime, _o: Collection[str], plan_: Plan
+    task: Task, _r: Resolution, _s: SessionState, facts: Facts, plan_: Plan
 ) -> Step | None:
-    if task.retry_at is not None and task.retry_at > now:
+    if task.retry_at is not None and task.retry_at > facts.now:
         plan_.wake_at(task.retry_at)
         return None
     return Step("start", task.id)
 
 
 def _interrupted(task: Task, resolution: Resolution, *_: object) -> Step | None:
-    # Running in the store but not here: the process that ran it died mid-phase.
+    # Running in the store but not here: the start left no outcome, its process died
+    # (or lost the session). That is one more crash of this phase.
     assert resolution.kind is not None
-    if task.attempts >= resolution.kind.max_crashes:
+    if task.crashes + 1 >= resolution.kind.max_crashes:
         return Step("fail_crashed", task.id)
-    return Step("start", task.id)
+    return Step("start", task.id, after_crash=True)
 
 
 def _waiting(
-    task: Task,
-    _r: Resolution,
-    state: SessionState,
-    _n: datetime,
-    settled: Collection[str],
-    _p: Plan,
+    task: Task, _r: Resolution, state: SessionState, facts: Facts, _p: Plan
 ) -> Step | None:
     assert task.wait is not None
-    awaited = [state.tasks[t] for t in task.wait.tasks if t in state.tasks]
+    awaited = [
+        state.tasks.get(t) or facts.archived_tasks[t]
+        for t in task.wait.tasks
+        if t in state.tasks or t in facts.archived_tasks
+    ]
     if task.wait.join is JoinPolicy.FAIL_FAST:
         for other in awaited:
             if other.is_terminal and other.outcome is not Outcome.SUCCEEDED:
                 return Step("fail_fast", task.id, culprit=other.id)
     tasks_done = len(awaited) == len(task.wait.tasks) and all(t.is_terminal for t in awaited)
-    operations_done = all(operation in settled for operation in task.wait.operations)
+    operations_done = all(op in facts.settled_operations for op in task.wait.operations)
     if tasks_done and operations_done:
         return Step("enter", task.id, phase=task.wait.next_phase)
     return None
 
 
 def _sleeping(
-    task: Task, _r: Resolution, _s: SessionState, now: datetime, _o: Collection[str], plan_: Plan
+    task: Task, _r: Resolution, _s: SessionState, facts: Facts, plan_: Plan
 ) -> Step | None:
     assert task.sleep is not None
-    if task.sleep.until > now:
+    if task.sleep.until > facts.now:
         plan_.wake_at(task.sleep.until)
         return None
     return Step("enter", task.id, phase=task.sleep.next_phase)
@@ -138,7 +143,7 @@ def _completing(task: Task, state: SessionState) -> Step | None:
     return Step("finish", task.id) if all(t.is_terminal for t in owned) else None
 
 
-Rule = Callable[[Task, Resolution, SessionState, datetime, Collection[str], Plan], Step | None]
+Rule = Callable[[Task, Resolution, SessionState, Facts, Plan], Step | None]
 
 _RULES: dict[TaskStatus, Rule] = {
     TaskStatus.PENDING: _pending,

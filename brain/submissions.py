@@ -1,10 +1,13 @@
 """Submitting work to a session and waiting for its answer (the Session API's core).
 
 Ingress writers hold no lease: they commit unfenced, ordered by the log like everyone
-else, and never touch tasks. A submission is keyed by the client's ``request_id``:
-submitting the same id again returns the original submission and creates no work.
-Cancellation is a request recorded in the session's control document; the lease
-holder turns it into decisions.
+else, and the store lets them write only submissions, user input and control-document
+patches. A submission is keyed by the client's ``request_id``: submitting the same id
+again — even long after it settled and left the state for the archive — returns the
+original submission and creates no work. What can be checked at the door is checked
+there (``brain.intake``): a bad id or input is refused with ``InvalidInput`` naming the
+field, and nothing is stored. Cancellation is a request recorded in the session's
+control document; the lease holder turns it into decisions.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from brain.runner import CONTROL_DOCUMENT
+from brain.intake import check_ids, read_input
 from contracts import (
+    CONTROL_DOCUMENT,
+    AlreadyExists,
     Commit,
     ConflictError,
     DocumentPatch,
@@ -26,6 +31,7 @@ from contracts import (
     InvalidInput,
     NotFound,
     Submission,
+    TextInput,
 )
 from session_store import SessionHandle, SessionState, SessionStore
 
@@ -45,9 +51,15 @@ class SessionClient:
         conversation_id: str = "main",
     ) -> Submission:
         """Accept ``input`` once per ``request_id``; a repeat returns the original."""
+        check_ids(request_id, conversation_id)
+        given = read_input(input)
         handle = await self.store.session(session_id)
+        existing = await handle.submission(request_id)
+        if existing is not None:
+            await self._remark(handle, existing)
+            return existing
         submission = Submission(request_id=request_id, conversation_id=conversation_id, input=input)
-        text = input.get("text") if isinstance(input, dict) else input
+        text = given.text if isinstance(given, TextInput) else given
         entries = (
             (
                 Entry(
@@ -57,21 +69,25 @@ class SessionClient:
                     content=text,
                 ),
             )
-            if text is not None
+            if isinstance(text, str)
             else ()
         )
         accept = Commit(submissions=(submission,), entries=entries)
-        landed = await _commit_unfenced(
-            handle, lambda state: None if request_id in state.submissions else accept
-        )
-        existing = handle.state.submissions[request_id]
+        try:
+            landed = await _commit_unfenced(
+                handle, lambda state: None if request_id in state.submissions else accept
+            )
+        except AlreadyExists:  # settled and archived meanwhile by another writer's view
+            landed = False
+        found = await handle.submission(request_id)
+        assert found is not None, "the submission is there: ours, or the original"
         if not landed:
-            await self._remark(handle, existing)
-        return existing
+            await self._remark(handle, found)
+        return found
 
     async def get(self, session_id: str, request_id: str) -> Submission | None:
         handle = await self.store.session(session_id)
-        return handle.state.submissions.get(request_id)
+        return await handle.submission(request_id)
 
     async def wait(
         self, session_id: str, request_id: str, *, within: timedelta = timedelta(minutes=5)
@@ -81,7 +97,7 @@ class SessionClient:
         deadline = time.monotonic() + within.total_seconds()
         delay = 0.01
         while True:
-            submission = handle.state.submissions.get(request_id)
+            submission = await handle.submission(request_id)
             if submission is None:
                 raise NotFound(f"no submission {request_id!r} in session {session_id}")
             if submission.status.is_final:

@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from brain.agent import agent_kinds
-from brain.context import Services
 from brain.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
 from brain.registry import Registry
 from brain.runner import DriveReport, SessionRunner
+from brain.services import Services
 from brain.tools import LocalDispatcher
 from contracts import InvalidInput, utcnow
 from contracts.model import Frozen

@@ -6,7 +6,13 @@ This package imports nothing from the other brainhands packages; all of them imp
 from contracts.baseline import BaselineRecord, EntrySegment
 from contracts.blob import BlobRef
 from contracts.commit import Commit, CommitReceipt, CommitRecord
-from contracts.document import Document, DocumentPatch, DocumentPut, DocumentWrite
+from contracts.document import (
+    CONTROL_DOCUMENT,
+    Document,
+    DocumentPatch,
+    DocumentPut,
+    DocumentWrite,
+)
 from contracts.entry import Entry, EntryKind
 from contracts.errors import (
     AlreadyApplied,
@@ -23,18 +29,21 @@ from contracts.errors import (
     ModelRejected,
     ModelUnavailable,
     NotFound,
+    OperationMismatch,
     OutcomeUnknown,
     PayloadTooLarge,
     ReadOnlyStore,
     RecordError,
+    Refused,
     SandboxTimeout,
     StoreMissing,
     StoreUnavailable,
     TaskBlocked,
     ToolFailed,
     UnknownRecordVersion,
+    VersionMismatch,
 )
-from contracts.model import Frozen, Identifier, utcnow
+from contracts.model import Frozen, Identifier, KindName, RequestId, utcnow
 from contracts.operation import (
     OPERATION_TRANSITIONS,
     Operation,
@@ -43,10 +52,26 @@ from contracts.operation import (
     ReplayPolicy,
 )
 from contracts.outbox import OutboxMessage
-from contracts.submission import Submission, SubmissionStatus
-from contracts.task import JoinPolicy, Outcome, SleepCondition, Task, TaskStatus, WaitCondition
+from contracts.submission import (
+    Submission,
+    SubmissionInput,
+    SubmissionStatus,
+    SubmittedTask,
+    TaskInput,
+    TextInput,
+)
+from contracts.task import (
+    JoinPolicy,
+    Outcome,
+    Parked,
+    SleepCondition,
+    Task,
+    TaskStatus,
+    WaitCondition,
+)
 
 __all__ = [
+    "CONTROL_DOCUMENT",
     "OPERATION_TRANSITIONS",
     "AlreadyApplied",
     "AlreadyExists",
@@ -73,31 +98,41 @@ __all__ = [
     "InvalidStoreUrl",
     "InvalidTransition",
     "JoinPolicy",
+    "KindName",
     "LeaseLost",
     "ModelRejected",
     "ModelUnavailable",
     "NotFound",
     "Operation",
+    "OperationMismatch",
     "OperationResult",
     "OperationStatus",
     "OutboxMessage",
     "Outcome",
     "OutcomeUnknown",
+    "Parked",
     "PayloadTooLarge",
     "ReadOnlyStore",
     "RecordError",
+    "Refused",
     "ReplayPolicy",
+    "RequestId",
     "SandboxTimeout",
     "SleepCondition",
     "StoreMissing",
     "StoreUnavailable",
     "Submission",
+    "SubmissionInput",
     "SubmissionStatus",
+    "SubmittedTask",
     "Task",
     "TaskBlocked",
+    "TaskInput",
     "TaskStatus",
+    "TextInput",
     "ToolFailed",
     "UnknownRecordVersion",
+    "VersionMismatch",
     "WaitCondition",
     "utcnow",
 ]

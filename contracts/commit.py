@@ -51,8 +51,9 @@ class CommitRecord(Frozen):
     ``fence`` is the session's fence high-water mark after this commit: fences never
     decrease along the log. ``writer_fence`` is the fence the writer presented (None for
     unfenced ingress writers such as the Session API). ``claim`` marks a commit whose only
-    purpose is to raise the fence for a new lease holder. ``commit_id`` lets a writer whose
-    request outcome was unknown recognise its own record.
+    purpose is to raise the fence for a new lease holder, named by ``holder``; no other
+    holder may claim that fence. ``commit_id`` lets a writer whose request outcome was
+    unknown recognise its own record.
     """
 
     v: Literal[1] = COMMIT_RECORD_VERSION
@@ -63,6 +64,7 @@ class CommitRecord(Frozen):
     fence: int = Field(ge=0)
     writer_fence: int | None = None
     claim: bool = False
+    holder: str | None = None
     writer: str = ""
     committed_at: AwareDatetime = Field(default_factory=utcnow)
     commit: Commit = Commit()

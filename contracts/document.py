@@ -8,6 +8,10 @@ from pydantic import Field, JsonValue
 
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 
+#: The one document writers without a lease may change (by merge patch): clients record
+#: requests there, such as cancellations, and the lease holder turns them into decisions.
+CONTROL_DOCUMENT = "control"
+
 
 class Document(Frozen):
     """Current value of a named document; ``version`` counts its changes from 1."""

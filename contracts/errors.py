@@ -4,6 +4,11 @@ Every error that crosses a process boundary carries a stable ``code``; clients m
 codes, never on messages. ``retryable`` says whether the same call may succeed later
 without the caller changing anything but its view of the world (reload, back off).
 
+A ``ConflictError`` is only ever a lost race (another writer took the seq or revision
+first): reload and decide again. A ``Refused`` write contradicts what the session or the
+operation already holds (applied twice, created twice, a stale document version, another
+session's operation); reloading does not change the answer.
+
 ::
 
     BrainhandsError                      code
@@ -18,8 +23,11 @@ without the caller changing anything but its view of the world (reload, back off
     │   ├── UnknownRecordVersion         unknown_record_version
     │   └── CorruptRecord                corrupt_record
     ├── ConflictError                    conflict             retryable after reload
-    │   ├── AlreadyApplied               already_applied      terminal for that write
-    │   └── AlreadyExists                already_exists       terminal for that write
+    ├── Refused                          refused              terminal for that write
+    │   ├── AlreadyApplied               already_applied
+    │   ├── AlreadyExists                already_exists
+    │   ├── VersionMismatch              version_mismatch
+    │   └── OperationMismatch            operation_mismatch
     ├── FencedError                      fenced               terminal for that lease
     ├── LeaseLost                        lease_lost           terminal for that lease
     ├── StoreUnavailable                 store_unavailable    retryable
@@ -117,14 +125,28 @@ class ConflictError(BrainhandsError):
     retryable = True
 
 
-class AlreadyApplied(ConflictError):
+class Refused(BrainhandsError):
+    code = "refused"
+
+
+class AlreadyApplied(Refused):
     code = "already_applied"
-    retryable = False
 
 
-class AlreadyExists(ConflictError):
+class AlreadyExists(Refused):
     code = "already_exists"
-    retryable = False
+
+
+class VersionMismatch(Refused):
+    """A document write's ``expected_version`` is not the version the session holds."""
+
+    code = "version_mismatch"
+
+
+class OperationMismatch(Refused):
+    """An operation id is used by another session, task, tool or with other arguments."""
+
+    code = "operation_mismatch"
 
 
 class FencedError(BrainhandsError):

@@ -11,6 +11,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 # restricted to characters that need no escaping anywhere.
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")]
 
+# A client's idempotency key. Shorter than an identifier, because the kernel derives
+# ids from it (the root task ``root.<request_id>``, the user entry ``in.<request_id>``).
+RequestId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+
+# A task kind's name, e.g. ``send-batch``.
+KindName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
+
 
 def _require_aware(value: datetime) -> datetime:
     if value.tzinfo is None:

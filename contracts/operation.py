@@ -1,4 +1,11 @@
-"""Operations: external actions with a stable identity, as the Hands side records them."""
+"""Operations: external actions with a stable identity, as their executors record them.
+
+An operation belongs to one session and one task, with its tool and frozen arguments;
+every attempt to run it is recorded before it starts (``attempts``, ``executor``,
+``deadline``), and its outcome is written once (``OperationResult``). Whether the result
+entered the session is a fact of the session's log (the commit that applied it), not of
+this record.
+"""
 
 from __future__ import annotations
 
@@ -29,26 +36,35 @@ class OperationStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     UNCERTAIN = "uncertain"
-    APPLIED = "applied"
+
+    @property
+    def is_final(self) -> bool:
+        return not OPERATION_TRANSITIONS[self]
 
 
 _S = OperationStatus
 
 # The operation state machine as data: status -> statuses it may move to.
-# RUNNING -> RUNNING lets a restarted executor re-claim the operation it was running.
+# RUNNING -> RUNNING starts another attempt (the earlier one's outcome was unknown and
+# its deadline passed). Leaving UNCERTAIN needs a recorded decision (who, why).
 OPERATION_TRANSITIONS: Mapping[OperationStatus, frozenset[OperationStatus]] = {
     _S.ACCEPTED: frozenset({_S.RUNNING, _S.CANCELLED, _S.UNCERTAIN}),
     _S.RUNNING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.UNCERTAIN}),
     _S.UNCERTAIN: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED}),
-    _S.SUCCEEDED: frozenset({_S.APPLIED}),
-    _S.FAILED: frozenset({_S.APPLIED}),
-    _S.CANCELLED: frozenset({_S.APPLIED}),
-    _S.APPLIED: frozenset(),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
 }
 
 
 class Operation(Frozen):
-    """One revision of an operation record; ``rev`` counts revisions from 1."""
+    """One revision of an operation record; ``rev`` counts revisions from 1.
+
+    ``attempts`` counts starts; the current one was made by ``executor`` (running in
+    ``process``, see ``brain.incarnation``) and is abandoned by it at ``deadline``: until
+    then it may still be in flight, and nobody else runs or verifies the operation.
+    ``decided_by`` and ``decision`` record who moved it out of ``uncertain``, and why.
+    """
 
     v: Literal[1] = OPERATION_RECORD_VERSION
     type: Literal["operation"] = "operation"
@@ -61,18 +77,23 @@ class Operation(Frozen):
     status: OperationStatus = OperationStatus.ACCEPTED
     rev: int = Field(default=1, ge=1)
     executor: str | None = None
+    process: str | None = None
     attempts: int = Field(default=0, ge=0)
+    deadline: AwareDatetime | None = None
     reason: str | None = None
+    decided_by: str | None = None
+    decision: str | None = None
     created_at: AwareDatetime = Field(default_factory=utcnow)
     updated_at: AwareDatetime = Field(default_factory=utcnow)
 
 
 class OperationResult(Frozen):
-    """The write-once outcome of an operation."""
+    """The write-once outcome of an operation, in the session the operation belongs to."""
 
     v: Literal[1] = OPERATION_RECORD_VERSION
     type: Literal["operation_result"] = "operation_result"
     operation_id: Identifier
+    session_id: Identifier
     succeeded: bool
     output: JsonValue = None
     blob: BlobRef | None = None

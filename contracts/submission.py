@@ -7,7 +7,7 @@ from enum import StrEnum
 from pydantic import Field, JsonValue
 
 from contracts.errors import ErrorInfo
-from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+from contracts.model import AwareDatetime, Frozen, Identifier, KindName, RequestId, utcnow
 
 
 class SubmissionStatus(StrEnum):
@@ -25,10 +25,34 @@ class SubmissionStatus(StrEnum):
 _FINAL = frozenset({SubmissionStatus.ANSWERED, SubmissionStatus.FAILED, SubmissionStatus.CANCELLED})
 
 
+class SubmittedTask(Frozen):
+    """A task a client asks for by kind and version; the kernel chooses its id and phase."""
+
+    kind: KindName
+    version: int = Field(default=1, ge=1)
+    input: JsonValue = None
+
+
+class TextInput(Frozen):
+    """A message for the session's agent: ``{"text": "..."}`` (or just the string)."""
+
+    text: str
+
+
+class TaskInput(Frozen):
+    """A task to run directly: ``{"task": {"kind": ..., "version": ..., "input": ...}}``."""
+
+    task: SubmittedTask
+
+
+#: What a client may submit: a string or ``TextInput`` for the agent, or a ``TaskInput``.
+SubmissionInput = str | TextInput | TaskInput
+
+
 class Submission(Frozen):
     """An accepted client input; ``rev`` counts its revisions from 1."""
 
-    request_id: Identifier
+    request_id: RequestId
     conversation_id: Identifier = "main"
     input: JsonValue = None
     status: SubmissionStatus = SubmissionStatus.ACCEPTED

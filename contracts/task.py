@@ -52,16 +52,25 @@ class SleepCondition(Frozen):
     next_phase: str
 
 
+class Parked(Frozen):
+    """A waiting task whose operation's outcome is unknown and cannot be checked: it waits
+    for an operator's decision, recorded on the operation."""
+
+    operation_id: Identifier
+    reason: str
+
+
 class Task(Frozen):
     """A durable state machine.
 
     ``rev`` counts this record's revisions (1 on creation, +1 on every update in a
     commit); ``version`` is the version of the handler code for ``kind``.
-    ``attempts`` counts starts of the current ``phase``; the kernel resets it when the
-    phase changes. ``memo`` is the task's own durable scratch data, carried from phase
-    to phase. A ``completing`` task has decided its ``outcome`` and waits for the tasks
-    it owns to settle. ``settled_by`` names the runner incarnation that decided the
-    outcome.
+    ``attempts`` counts starts of the current ``phase``; ``crashes`` counts those starts
+    that left no outcome (the process running them died); the kernel resets both when
+    the phase changes. ``parked`` is set while the task waits on an uncertain
+    operation. ``memo`` is the task's own durable scratch data, carried from phase to
+    phase. A ``completing`` task has decided its ``outcome`` and waits for the tasks it
+    owns to settle. ``settled_by`` names the runner incarnation that decided the outcome.
     """
 
     id: Identifier
@@ -74,9 +83,11 @@ class Task(Frozen):
     phase: str = "start"
     rev: int = Field(default=1, ge=1)
     attempts: int = Field(default=0, ge=0)
+    crashes: int = Field(default=0, ge=0)
     retry_at: AwareDatetime | None = None
     wait: WaitCondition | None = None
     sleep: SleepCondition | None = None
+    parked: Parked | None = None
     memo: dict[str, JsonValue] = Field(default_factory=dict)
     cancel_requested: bool = False
     outcome: Outcome | None = None
@@ -93,6 +104,8 @@ class Task(Frozen):
             raise ValueError("a task has a wait condition exactly when it is waiting")
         if (self.status is TaskStatus.SLEEPING) != (self.sleep is not None):
             raise ValueError("a task has a sleep condition exactly when it is sleeping")
+        if self.parked is not None and self.status is not TaskStatus.WAITING:
+            raise ValueError("only a waiting task can be parked")
         decided = self.status in (TaskStatus.TERMINAL, TaskStatus.COMPLETING)
         if decided != (self.outcome is not None):
             raise ValueError("a task has an outcome exactly when it is completing or terminal")

@@ -1,102 +1,115 @@
-"""Baselines: the materialised state at a seq, plus archived entry segments.
+"""Baselines: the materialised state at a seq, so a load replays only the tail after it.
 
-A baseline is a small create-once record pointing at a state blob. Writing one also
-moves the entries accumulated since the previous baseline into an immutable segment
-blob, so neither the baseline nor the load grows with the length of the conversation.
+A baseline is a small create-once record pointing at a state blob. Writing one first
+moves settled history into the archive (``session_store.archive``), so neither the
+baseline nor the load grows with the length of the session.
+
+Baselines are never needed for correctness: the log is the truth. So an unreadable
+baseline (a torn upload, disk damage, a version this code does not read) is skipped —
+the loader takes the previous one, or replays the log — and reported; a later baseline
+supersedes it. Pruning deletes a baseline's state blob with its record: the blob holds
+the session id and seq, so no other record can refer to it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Literal
+import logging
+from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
-
-from contracts import BaselineRecord, BlobRef, Entry, EntrySegment
+from contracts import BaselineRecord, NotFound, RecordError
 from session_store import layout
+from session_store.archive import Archive, Settled
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
 from session_store.codec import decode, encode
 from session_store.state import SessionState
 
-
-class SegmentBody(BaseModel):
-    """The JSON body of an entry segment blob."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    v: Literal[1] = 1
-    type: Literal["entries"] = "entries"
-    entries: tuple[Entry, ...]
+log = logging.getLogger(__name__)
 
 
-class SegmentIndex(BaseModel):
-    """The JSON body of an entry index blob: every archived segment, oldest first."""
+@dataclass(frozen=True)
+class Loaded:
+    """The newest readable baseline's state (None: replay the whole log), and what was
+    skipped on the way to it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    v: Literal[1] = 1
-    type: Literal["entry_index"] = "entry_index"
-    segments: tuple[EntrySegment, ...]
+    state: SessionState | None
+    problems: tuple[str, ...] = ()
 
 
 class Baselines:
-    def __init__(self, backend: Backend, blobs: BlobStore, *, kept: int) -> None:
+    def __init__(self, backend: Backend, blobs: BlobStore, archive: Archive, *, kept: int) -> None:
         self._backend = backend
         self._blobs = blobs
+        self._archive = archive
         self._kept = kept
 
-    async def write(self, snapshot: SessionState) -> None:
-        """Persist ``snapshot`` (a private copy) as the baseline at its seq.
-
-        Archives the snapshot's entry tail first and updates the snapshot to point at
-        the archive, so the caller can drop those entries from live memory too.
-        """
-        await self._archive_entries(snapshot)
+    async def write(self, snapshot: SessionState) -> Settled:
+        """Archive settled history out of ``snapshot`` (a private copy), then persist it
+        as the baseline at its seq; returns what was archived."""
+        settled = await self._archive.settle(snapshot)
         state_ref = await self._blobs.put(encode(snapshot), "application/json")
         record = BaselineRecord(session_id=snapshot.session_id, seq=snapshot.seq, state=state_ref)
         partition = layout.baseline_partition(snapshot.session_id)
-        # Another writer may have baselined the same seq: the same state by construction.
-        with contextlib.suppress(ItemExists):
-            await self._backend.create(partition, layout.seq_item(snapshot.seq), encode(record))
+        item, data = layout.seq_item(snapshot.seq), encode(record)
+        try:
+            await self._backend.create(partition, item, data)
+        except ItemExists:
+            await self._supersede(partition, item, data)
         await self._prune(partition)
+        return settled
 
-    async def latest(self, session_id: str) -> SessionState | None:
+    async def latest(self, session_id: str) -> Loaded:
         partition = layout.baseline_partition(session_id)
-        found = await self._backend.last(partition)
-        if found is None:
+        newest = await self._backend.last(partition)
+        if newest is None:
+            return Loaded(None)
+        problems: list[str] = []
+        state = await self._read(partition, *newest, problems)
+        if state is not None:
+            return Loaded(state)
+        for item in reversed(await self._backend.keys(partition)):
+            data = None if item >= newest[0] else await self._backend.get(partition, item)
+            state = None if data is None else await self._read(partition, item, data, problems)
+            if state is not None:
+                break
+        return Loaded(state, tuple(problems))
+
+    async def _read(
+        self, partition: str, item: str, data: bytes, problems: list[str]
+    ) -> SessionState | None:
+        try:
+            record = decode(data, BaselineRecord, where=f"{partition}/{item}")
+            blob = await self._blobs.get(record.state)
+            return decode(blob, SessionState, where=f"blob {record.state.digest}")
+        except (RecordError, NotFound) as error:
+            problem = f"baseline {partition}/{item} skipped: {error.message}"
+            log.warning("%s; loading from an older baseline or the log instead", problem)
+            problems.append(problem)
             return None
-        item, data = found
-        record = decode(data, BaselineRecord, where=f"{partition}/{item}")
-        blob = await self._blobs.get(record.state)
-        return decode(blob, SessionState, where=f"blob {record.state.digest}")
 
-    async def segment(self, segment: EntrySegment) -> tuple[Entry, ...]:
-        data = await self._blobs.get(segment.blob)
-        return decode(data, SegmentBody, where=f"blob {segment.blob.digest}").entries
-
-    async def segments(self, index: BlobRef | None) -> tuple[EntrySegment, ...]:
-        if index is None:
-            return ()
-        data = await self._blobs.get(index)
-        return decode(data, SegmentIndex, where=f"blob {index.digest}").segments
-
-    async def _archive_entries(self, snapshot: SessionState) -> None:
-        if not snapshot.entries_tail:
+    async def _supersede(self, partition: str, item: str, data: bytes) -> None:
+        # Another writer baselined the same seq: the same state by construction, unless
+        # the record there is damaged; then ours replaces it.
+        existing = await self._backend.get(partition, item)
+        if existing == data:
             return
-        body = SegmentBody(entries=tuple(snapshot.entries_tail))
-        ref = await self._blobs.put(encode(body), "application/json")
-        segment = EntrySegment(
-            blob=ref, first=snapshot.entries_archived, count=len(snapshot.entries_tail)
-        )
-        index = SegmentIndex(segments=(*await self.segments(snapshot.entry_index), segment))
-        snapshot.entry_index = await self._blobs.put(encode(index), "application/json")
-        snapshot.entries_archived = snapshot.entry_count
-        snapshot.entries_tail = []
+        try:
+            decode(existing or b"", BaselineRecord, where=f"{partition}/{item}")
+        except RecordError:
+            log.warning("replacing the damaged baseline %s/%s", partition, item)
+            await self._backend.put(partition, item, data)
 
     async def _prune(self, partition: str) -> None:
-        # Older baselines are never needed for correctness; keep a few for readers
-        # that listed them a moment ago.
+        # Keep a few for readers that listed them a moment ago; a reader that still loses
+        # the race finds the blob gone and falls back like after any unreadable baseline.
         items = await self._backend.keys(partition)
         for item in items[: -self._kept]:
+            data = await self._backend.get(partition, item)
+            if data is not None:
+                try:
+                    record = decode(data, BaselineRecord, where=f"{partition}/{item}")
+                except RecordError:
+                    pass  # nothing readable to follow
+                else:
+                    await self._blobs.delete(record.state)  # blob first: no orphan on a crash
             await self._backend.delete(partition, item)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 
 from contracts import BlobRef, CorruptRecord, NotFound, PayloadTooLarge, ReadOnlyStore
@@ -62,9 +61,23 @@ class BlobStore:
             )
         return data
 
-    async def _create_chunk(self, ref: BlobRef, index: int, chunk: bytes) -> None:
-        # Same address, same bytes: an earlier or concurrent put may have written it.
-        with contextlib.suppress(ItemExists):
-            await self._backend.create(
-                layout.blob_partition(ref.digest), layout.chunk_item(ref.chunk_bytes, index), chunk
+    async def delete(self, ref: BlobRef) -> None:
+        """Remove a blob that no record refers to any more (the caller knows it)."""
+        partition = layout.blob_partition(ref.digest)
+        await asyncio.gather(
+            *(
+                self._backend.delete(partition, layout.chunk_item(ref.chunk_bytes, n))
+                for n in range(ref.chunks)
             )
+        )
+
+    async def _create_chunk(self, ref: BlobRef, index: int, chunk: bytes) -> None:
+        partition = layout.blob_partition(ref.digest)
+        item = layout.chunk_item(ref.chunk_bytes, index)
+        try:
+            await self._backend.create(partition, item, chunk)
+        except ItemExists:
+            # Same address, same bytes, unless the piece there is torn (a writer that died
+            # mid-upload on a server that kept a short body): then this put repairs it.
+            if await self._backend.get(partition, item) != chunk:
+                await self._backend.put(partition, item, chunk)

@@ -38,7 +38,11 @@ async def open_store(
     settings = (settings or StoreSettings()).model_copy(update=overrides)
     settings = StoreSettings.model_validate(settings.model_dump())
     backend = await open_backend(url, read_only=settings.read_only, create=create)
-    return SessionStore(backend, settings)
+    try:
+        return SessionStore(backend, settings)
+    except BaseException:
+        await backend.close()
+        raise
 
 
 async def open_backend(url: str, *, read_only: bool = False, create: bool = False) -> Backend:

@@ -5,6 +5,10 @@ partition                               item                        value
 ======================================  ==========================  =====================
 ``session/<sid>/log``                   seq, 16 digits              CommitRecord (JSON)
 ``session/<sid>/base``                  seq, 16 digits              BaselineRecord (JSON)
+``session/<sid>/segments``              first entry, 16 digits      SegmentRecord (JSON)
+``session/<sid>/tasks``                 task id                     ArchivedTask (JSON)
+``session/<sid>/submissions``           request id                  ArchivedSubmission
+``session/<sid>/applied``               operation id                AppliedMark (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
@@ -43,6 +47,22 @@ def log_partition(session_id: str) -> str:
 
 def baseline_partition(session_id: str) -> str:
     return f"session/{session_id}/base"
+
+
+def segment_partition(session_id: str) -> str:
+    return f"session/{session_id}/segments"
+
+
+def archived_tasks_partition(session_id: str) -> str:
+    return f"session/{session_id}/tasks"
+
+
+def archived_submissions_partition(session_id: str) -> str:
+    return f"session/{session_id}/submissions"
+
+
+def applied_partition(session_id: str) -> str:
+    return f"session/{session_id}/applied"
 
 
 def session_operations_partition(session_id: str) -> str:

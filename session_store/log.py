@@ -5,29 +5,41 @@ seq n race for the same item; the store lets exactly one create it, the other ge
 ``ConflictError`` and must reload. Because every record carries the fence high-water
 mark, and fences may only grow along the log, a writer whose fence is lower than the
 one recorded at its expected seq is refused before it writes (``FencedError``).
+
+Records that left the state for the archive still count: a commit that creates a task or
+submission, or applies an operation, that the state no longer holds is checked against
+the archive first (one read each), so ids stay unique and results enter a session once.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from contracts import (
+    AlreadyApplied,
+    AlreadyExists,
+    BrainhandsError,
     Commit,
     CommitReceipt,
     CommitRecord,
     ConflictError,
     CorruptRecord,
     FencedError,
+    InvalidTransition,
     ReadOnlyStore,
     utcnow,
 )
 from session_store import layout
+from session_store.archive import Archive
 from session_store.backend import Backend, ItemExists
-from session_store.baselines import Baselines
+from session_store.baselines import Baselines, Loaded
 from session_store.codec import decode, encode
 from session_store.index import ActiveIndex
 from session_store.settings import StoreSettings
 from session_store.state import SessionState, active_after, apply, check
+
+log = logging.getLogger(__name__)
 
 
 class CommitLog:
@@ -35,18 +47,22 @@ class CommitLog:
         self,
         backend: Backend,
         baselines: Baselines,
+        archive: Archive,
         index: ActiveIndex,
         settings: StoreSettings,
     ) -> None:
         self._backend = backend
         self._baselines = baselines
+        self._archive = archive
         self._index = index
         self._settings = settings
 
-    async def load(self, session_id: str) -> tuple[SessionState, int]:
-        """The current state and how many commits were replayed after the baseline."""
-        state = await self._baselines.latest(session_id) or SessionState(session_id=session_id)
-        return state, await self.catch_up(state)
+    async def load(self, session_id: str) -> tuple[SessionState, int, Loaded]:
+        """The current state, how many commits were replayed after the baseline, and
+        the baseline load (with any damaged baselines it skipped)."""
+        loaded = await self._baselines.latest(session_id)
+        state = loaded.state or SessionState(session_id=session_id)
+        return state, await self.catch_up(state), loaded
 
     async def catch_up(self, state: SessionState) -> int:
         """Apply every commit after ``state.seq``; returns how many there were."""
@@ -62,9 +78,17 @@ class CommitLog:
         return len(records)
 
     async def append(
-        self, state: SessionState, commit: Commit, *, fence: int | None, claim: bool = False
+        self,
+        state: SessionState,
+        commit: Commit,
+        *,
+        fence: int | None,
+        claim: str | None = None,
     ) -> CommitReceipt:
-        """Write ``commit`` as seq ``state.seq + 1``, then adopt it into ``state``."""
+        """Write ``commit`` as seq ``state.seq + 1``, then adopt it into ``state``.
+
+        ``claim`` names the holder of a claim record (an empty commit raising the fence).
+        """
         if self._settings.read_only:
             raise ReadOnlyStore("this store was opened read-only; it cannot commit")
         if fence is not None and fence < state.fence:
@@ -75,7 +99,9 @@ class CommitLog:
                 fence=fence,
                 current=state.fence,
             )
-        check(state, commit)
+        check(state, commit, fenced=fence is not None)
+        if state.has_archive:
+            await self._check_archive(state, commit)
         # The parts were validated when they were built; skip validating them again.
         record = CommitRecord.model_construct(
             session_id=state.session_id,
@@ -83,7 +109,8 @@ class CommitLog:
             commit_id=os.urandom(16).hex(),
             fence=max(state.fence, fence or 0),
             writer_fence=fence,
-            claim=claim,
+            claim=claim is not None,
+            holder=claim,
             writer=self._settings.writer,
             commit=commit,
             committed_at=utcnow(),
@@ -99,16 +126,58 @@ class CommitLog:
             await self._index.mark(state.session_id)
         await self._create(record, data)
         apply(state, record)
-        if becomes_active and not was_active:
-            await self._index.mark(state.session_id)
-        elif was_active and not becomes_active:
-            await self._index.sweep(state.session_id, finished_at_seq=record.seq)
+        await self._update_index(state.session_id, record.seq, was_active, becomes_active)
         return CommitReceipt.model_construct(
             session_id=record.session_id,
             seq=record.seq,
             fence=record.fence,
             committed_at=record.committed_at,
         )
+
+    async def _update_index(
+        self, session_id: str, seq: int, was_active: bool, becomes_active: bool
+    ) -> None:
+        # The commit has landed: its receipt must reach the writer whatever happens here.
+        # A marker missed now is repaired by the next commit or resubmission, and
+        # `store.sweep` / the reconciler's scan.
+        try:
+            if becomes_active and not was_active:
+                await self._index.mark(session_id)
+            elif was_active and not becomes_active:
+                await self._index.sweep(session_id, finished_at_seq=seq)
+        except BrainhandsError as error:
+            log.warning(
+                "session %s: commit %d landed but the active-session index was not "
+                "updated (%s: %s); a later sweep repairs it",
+                session_id,
+                seq,
+                error.code,
+                error.message,
+            )
+
+    async def _check_archive(self, state: SessionState, commit: Commit) -> None:
+        """The checks of ``state.check`` for records that left the state."""
+        sid = state.session_id
+        for task in commit.tasks:
+            if task.id not in state.tasks and await self._archive.task(sid, task.id):
+                if task.rev == 1:
+                    raise AlreadyExists(f"task {task.id!r} already exists (archived)", key=task.id)
+                raise InvalidTransition(f"task {task.id!r} is final and cannot change", key=task.id)
+        for sub in commit.submissions:
+            key = sub.request_id
+            if key not in state.submissions and await self._archive.submission(sid, key):
+                if sub.rev == 1:
+                    raise AlreadyExists(f"submission {key!r} already exists (archived)", key=key)
+                raise InvalidTransition(f"submission {key!r} is final and cannot change", key=key)
+        for operation_id in commit.applied_operations:
+            if operation_id not in state.applied_operations and await self._archive.applied(
+                sid, operation_id
+            ):
+                raise AlreadyApplied(
+                    f"operation {operation_id!r} was already applied to session {sid}; "
+                    "results enter a session once",
+                    operation_id=operation_id,
+                )
 
     async def _create(self, record: CommitRecord, data: bytes) -> None:
         partition = layout.log_partition(record.session_id)

@@ -2,6 +2,9 @@
 
 Each revision of an operation is its own create-once item (``op/<id>/rev/<rev>``), so a
 transition from rev n succeeds for exactly one writer: the one that creates rev n+1.
+A result is written once, for an operation on record, in that operation's session.
+Leaving ``uncertain`` needs a recorded decision: who decided (``decided_by``) and why
+(``decision``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from contracts import (
     ConflictError,
     InvalidInput,
     InvalidTransition,
+    NotFound,
     Operation,
+    OperationMismatch,
     OperationResult,
     OperationStatus,
     ReadOnlyStore,
@@ -79,6 +84,14 @@ class OperationLog:
         forbidden = {"operation_id", "session_id", "rev", "v", "type"} & changes.keys()
         if forbidden:
             raise InvalidInput(f"cannot change {sorted(forbidden)} of an operation")
+        if current.status is OperationStatus.UNCERTAIN and not (
+            changes.get("decided_by") and changes.get("decision")
+        ):
+            raise InvalidTransition(
+                f"operation {current.operation_id!r} is uncertain: leaving that status needs "
+                "a recorded decision (decided_by: who, decision: why)",
+                operation_id=current.operation_id,
+            )
         updated = Operation.model_validate(
             {
                 **current.model_dump(),
@@ -105,8 +118,24 @@ class OperationLog:
         return updated
 
     async def put_result(self, result: OperationResult) -> OperationResult:
-        """Write the result once; an identical retry returns it, a different one is refused."""
+        """Write the result once; an identical retry returns it, a different one is refused.
+
+        The operation must be on record, in the result's session.
+        """
         self._writable()
+        operation = await self.get(result.operation_id)
+        if operation is None:
+            raise NotFound(
+                f"operation {result.operation_id!r} is not on record; results are written "
+                "for recorded operations only",
+                operation_id=result.operation_id,
+            )
+        if operation.session_id != result.session_id:
+            raise OperationMismatch(
+                f"operation {result.operation_id!r} belongs to session "
+                f"{operation.session_id}, not {result.session_id}; its result stays there",
+                operation_id=result.operation_id,
+            )
         data = encode(result, limit=self._limit, what=f"result of {result.operation_id}")
         partition = layout.result_partition(result.operation_id)
         try:
@@ -120,6 +149,20 @@ class OperationLog:
                 operation_id=result.operation_id,
             ) from None
         return result
+
+    async def settle(self, result: OperationResult, *, decided_by: str, decision: str) -> Operation:
+        """An operator's verdict on an operation whose outcome is unknown: write its
+        result, then close the record with who decided and why."""
+        current = await self.get(result.operation_id)
+        if current is None:
+            raise NotFound(f"operation {result.operation_id!r} is not on record")
+        if current.status.is_final:
+            raise InvalidTransition(
+                f"operation {result.operation_id!r} is already {current.status.value}"
+            )
+        await self.put_result(result)
+        status = OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED
+        return await self.transition(current, status, decided_by=decided_by, decision=decision)
 
     async def result(self, operation_id: str) -> OperationResult | None:
         partition = layout.result_partition(operation_id)

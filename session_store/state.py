@@ -1,7 +1,8 @@
 """The materialised state of a session and the pure rules that advance it by a commit.
 
-``check`` validates a commit against a state without changing it; ``apply`` then
-changes the state. The handle runs ``check`` before writing and ``apply`` only after
+``check`` validates a commit against a state without changing it (the store adds the
+checks that need the archive, ``session_store.archive``); ``apply`` then changes the
+state. The handle runs ``check`` before writing and ``apply`` only after
 the store confirmed the write (persist, then adopt); loading replays the log with the
 same ``apply``, so a state built from a baseline plus its tail equals one replayed
 from the whole log.
@@ -15,9 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from contracts import (
+    CONTROL_DOCUMENT,
     AlreadyApplied,
     AlreadyExists,
-    BlobRef,
     Commit,
     CommitRecord,
     ConflictError,
@@ -27,22 +28,27 @@ from contracts import (
     DocumentPut,
     DocumentWrite,
     Entry,
+    EntryKind,
     InvalidInput,
     InvalidTransition,
     NotFound,
     OutboxMessage,
     Submission,
     Task,
+    VersionMismatch,
 )
 
 
 class SessionState(BaseModel):
-    """Everything a session holds after commit ``seq``.
+    """What a session holds after commit ``seq``: its open work and a recent window.
 
-    Entries before ``entries_archived`` live in immutable segment blobs listed by the
-    ``entry_index`` blob; ``entries_tail`` holds the rest. The state therefore stays
-    small however long the conversation grows. Use ``SessionHandle.entries()`` to read
-    the whole history.
+    Settled history leaves the state when a baseline is written (``session_store.archive``):
+    entries before ``entries_archived`` live in segment blobs; settled tasks, settled
+    submissions and applied-operation marks live in archive items, counted by the
+    ``archived_*`` fields. The state therefore stays proportional to open work however
+    long the session runs. ``SessionHandle`` reads the archive on demand (``entries()``,
+    ``task()``, ``submission()``, ``is_applied()``). ``holder`` names who claimed the
+    current fence (None when unknown).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -52,11 +58,14 @@ class SessionState(BaseModel):
     session_id: str
     seq: int = 0
     fence: int = 0
+    holder: str | None = None
     updated_at: datetime | None = None
     entry_count: int = 0
     entries_archived: int = 0
-    entry_index: BlobRef | None = None
     entries_tail: list[Entry] = Field(default_factory=list)
+    archived_tasks: int = 0
+    archived_submissions: int = 0
+    archived_applied: int = 0
     documents: dict[str, Document] = Field(default_factory=dict)
     tasks: dict[str, Task] = Field(default_factory=dict)
     submissions: dict[str, Submission] = Field(default_factory=dict)
@@ -73,6 +82,11 @@ class SessionState(BaseModel):
         self._open_submissions = sum(
             1 for sub in self.submissions.values() if not sub.status.is_final
         )
+
+    @property
+    def has_archive(self) -> bool:
+        """Whether records left this state for the archive (checks must look there too)."""
+        return bool(self.archived_tasks or self.archived_submissions or self.archived_applied)
 
     @property
     def is_active(self) -> bool:
@@ -93,8 +107,10 @@ class SessionState(BaseModel):
         )
 
 
-def check(state: SessionState, commit: Commit) -> None:
+def check(state: SessionState, commit: Commit, *, fenced: bool) -> None:
     """Raise if ``commit`` cannot follow ``state``; never changes ``state``."""
+    if not fenced:
+        check_ingress(commit)
     _check_entries(commit)
     _check_documents(state, commit.documents)
     _check_revisions("task", state.tasks, commit.tasks)
@@ -131,6 +147,10 @@ def apply(state: SessionState, record: CommitRecord) -> None:
     for message in commit.outbox:
         state.outbox[message.id] = message
     state.applied_operations.update(commit.applied_operations)
+    if record.claim:
+        state.holder = record.holder
+    elif record.fence != state.fence:
+        state.holder = None  # raised by a plain commit: nobody is named
     state.seq = record.seq
     state.fence = record.fence
     state.updated_at = record.committed_at
@@ -174,6 +194,35 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def check_ingress(commit: Commit) -> None:
+    """What a writer without a lease fence may commit: new submissions, user input
+    entries and merge patches of the control document. Everything else needs a fence,
+    so a stale or rogue ingress writer can never rewrite tasks or decisions."""
+    problems = []
+    if commit.tasks:
+        problems.append("tasks")
+    if any(sub.rev != 1 for sub in commit.submissions):
+        problems.append("changes to existing submissions")
+    if any(entry.kind is not EntryKind.USER_INPUT for entry in commit.entries):
+        problems.append("entries other than user input")
+    if any(
+        not isinstance(write, DocumentPatch) or write.name != CONTROL_DOCUMENT
+        for write in commit.documents
+    ):
+        problems.append(f"documents other than patches of {CONTROL_DOCUMENT!r}")
+    if commit.outbox or commit.outbox_done:
+        problems.append("outbox messages")
+    if commit.applied_operations:
+        problems.append("applied operations")
+    if problems:
+        raise InvalidInput(
+            f"an unfenced commit (fence=None) may not contain {', '.join(problems)}; "
+            "unfenced writers may only add submissions, user input and control-document "
+            "patches. Claim the session and commit with its fence.",
+            refused=problems,
+        )
+
+
 def _check_entries(commit: Commit) -> None:
     ids = [entry.id for entry in commit.entries]
     if len(ids) != len(set(ids)):
@@ -193,7 +242,7 @@ def _check_documents(state: SessionState, writes: tuple[DocumentWrite, ...]) -> 
                 "with create=True"
             )
         if write.expected_version is not None and write.expected_version != current:
-            raise ConflictError(
+            raise VersionMismatch(
                 f"document {write.name!r} is at version {current}, "
                 f"the write expected version {write.expected_version}",
                 document=write.name,

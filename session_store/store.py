@@ -10,6 +10,7 @@ from types import TracebackType
 from pydantic import TypeAdapter, ValidationError
 
 from contracts import BlobRef, Identifier, InvalidInput, Operation, OperationResult, OperationStatus
+from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
@@ -32,6 +33,7 @@ class SessionStore:
     def __init__(self, backend: Backend, settings: StoreSettings | None = None) -> None:
         self.settings = settings or StoreSettings()
         self.backend = backend
+        _check_limits(self.settings, backend)
         read_only = self.settings.read_only
         self.blobs = BlobStore(
             backend,
@@ -43,8 +45,11 @@ class SessionStore:
             backend, max_record_bytes=self.settings.max_record_bytes, read_only=read_only
         )
         self.index = ActiveIndex(backend)
-        self._baselines = Baselines(backend, self.blobs, kept=self.settings.baselines_kept)
-        self._log = CommitLog(backend, self._baselines, self.index, self.settings)
+        self._archive = Archive(backend, self.blobs)
+        self._baselines = Baselines(
+            backend, self.blobs, self._archive, kept=self.settings.baselines_kept
+        )
+        self._log = CommitLog(backend, self._baselines, self._archive, self.index, self.settings)
         self._background: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> SessionStore:
@@ -65,16 +70,20 @@ class SessionStore:
     async def session(self, session_id: str) -> SessionHandle:
         """Load a session (an empty one if it has no commits yet)."""
         _check_identifier(session_id, "session id")
-        state, replayed = await self._log.load(session_id)
+        state, replayed, loaded = await self._log.load(session_id)
         handle = SessionHandle(
             state,
             log=self._log,
             baselines=self._baselines,
+            archive=self._archive,
             baseline_every=self.settings.baseline_every,
             spawn=self._keep,
+            problems=loaded.problems,
         )
-        if replayed >= self.settings.baseline_every and not self.read_only:
-            handle.schedule_baseline()  # a writer died before its baseline: catch up
+        # A writer died before its baseline, or the newest one is damaged: write one now.
+        behind = replayed >= self.settings.baseline_every or loaded.problems
+        if behind and not self.read_only:
+            handle.schedule_baseline()
         return handle
 
     async def active_sessions(self) -> AsyncIterator[str]:
@@ -112,6 +121,12 @@ class SessionStore:
     async def put_operation_result(self, result: OperationResult) -> OperationResult:
         return await self.operations.put_result(result)
 
+    async def settle_operation(
+        self, result: OperationResult, *, decided_by: str, decision: str
+    ) -> Operation:
+        """An operator's verdict on an uncertain operation: its result, who, and why."""
+        return await self.operations.settle(result, decided_by=decided_by, decision=decision)
+
     async def get_operation_result(self, operation_id: str) -> OperationResult | None:
         return await self.operations.result(operation_id)
 
@@ -130,6 +145,17 @@ class SessionStore:
     def _keep(self, task: asyncio.Task[None]) -> None:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _check_limits(settings: StoreSettings, backend: Backend) -> None:
+    if settings.max_record_bytes > backend.max_item_bytes:
+        raise InvalidInput(
+            f"max_record_bytes is {settings.max_record_bytes:,} bytes, but {backend.description} "
+            f"holds at most {backend.max_item_bytes:,} bytes in one record; set "
+            "max_record_bytes at or below that (large payloads belong in blobs)",
+            max_record_bytes=settings.max_record_bytes,
+            backend_limit=backend.max_item_bytes,
+        )
 
 
 def _check_identifier(value: str, what: str) -> None:

@@ -127,6 +127,9 @@ class ScriptedModel:
         messages = _message_list(body.get("messages"))
         if messages is None:
             return _error(400, "'messages' must be a list of objects with a 'role' string")
+        problem = _tool_call_problem(messages)
+        if problem is not None:
+            return _error(400, problem)
         self.received.append(
             ReceivedRequest(request_id=request.headers.get("x-request-id"), body=body)
         )
@@ -216,6 +219,31 @@ def _content(turn: Turn, messages: Sequence[dict[str, Any]]) -> str | None:
 
 def _words(text: object) -> int:
     return len(text.split()) if isinstance(text, str) else 0
+
+
+def _tool_call_problem(messages: list[dict[str, Any]]) -> str | None:
+    """What the real chat-completions APIs refuse: an assistant message with tool calls
+    not followed by one tool message per call, or a tool message answering nothing."""
+    open_calls: list[str] = []
+    for message in [*messages, {"role": "end"}]:
+        if message["role"] == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_calls:
+                return (
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    f"preceding message with 'tool_calls' (tool_call_id {call_id!r})."
+                )
+            open_calls.remove(call_id)
+            continue
+        if open_calls:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not "
+                f"have response messages: {', '.join(open_calls)}"
+            )
+        calls = message.get("tool_calls") if message["role"] == "assistant" else None
+        open_calls = [str(call.get("id")) for call in calls or () if isinstance(call, dict)]
+    return None
 
 
 def _message_list(value: object) -> list[dict[str, Any]] | None:

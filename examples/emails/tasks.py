@@ -1,26 +1,29 @@
 """The worked example: "send the approved notice to five customers and summarise".
 
 ``send_batch_emails`` is a composite tool. Its task (``send-batch``) stores the recipient
-plan in a Document, creates one ``send-notice`` subtask per recipient — each with a
-stable operation id bound to recipient and body — in order, ``concurrency`` at a time
-(one by default), waits for them (allSettled), and returns the summary.
+plan in a Document — each distinct recipient once, repeated addresses reported as
+duplicates — creates one ``send-notice`` subtask per recipient, in order,
+``concurrency`` at a time (one by default), waits for them (allSettled), and returns the
+summary.
 
 ``send-notice`` sends through the email service (``send_email``: not replay-safe, but
-queryable by operation id) and then confirms the message with the service. After a
-crash, ``brain.operations`` verifies an unconfirmed send by its operation id instead of
-sending again.
+queryable by operation id) and then confirms the message with the service. Its operation
+id is derived by the kernel from the session and the notice's task, and recorded in the
+plan. After a crash, ``brain.operations`` verifies an unconfirmed send by its operation
+id instead of sending again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from typing import Any
 
 from pydantic import JsonValue, SecretStr
 
 from brain.context import PhaseContext
+from brain.operations import operation_id
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, TaskSpec, Wait
 from brain.registry import Registry, TaskKind
 from brain.tools import LocalDispatcher, QueryAnswer, ToolSpec
@@ -31,6 +34,7 @@ SEND_EMAIL = "send_email"
 SEND_BATCH = "send_batch_emails"
 BATCH_KIND = "send-batch"
 NOTICE_KIND = "send-notice"
+SEND_KEY = "send"
 
 _ADDRESS = {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"}
 SEND_EMAIL_SPEC = ToolSpec(
@@ -43,6 +47,9 @@ SEND_EMAIL_SPEC = ToolSpec(
         "additionalProperties": False,
     },
     replay=ReplayPolicy.UNSAFE,
+    # The client gives up after 2 s; an attempt is over (and may be verified by another
+    # Brain) 10 s after it started.
+    timeout=timedelta(seconds=10),
 )
 SEND_BATCH_SPEC = ToolSpec(
     name=SEND_BATCH,
@@ -88,10 +95,13 @@ async def plugin(registry: Registry, tools: LocalDispatcher, resources: AsyncExi
     install(registry, tools, email)
 
 
-def notice_operation_id(session_id: str, batch_id: str, to: str, subject: str, body: str) -> str:
-    """Stable for a recipient and a body: the same notice to the same person is one send."""
-    digest = hashlib.sha256("\n".join((session_id, batch_id, to, subject, body)).encode())
-    return f"email-{digest.hexdigest()[:32]}"
+def notice_task_id(batch_id: str, index: int) -> str:
+    return f"{batch_id}.n{index}"
+
+
+def notice_operation_id(session_id: str, batch_id: str, index: int) -> str:
+    """The send of the batch's ``index``-th distinct recipient (as the kernel derives it)."""
+    return operation_id(session_id, notice_task_id(batch_id, index), SEND_KEY)
 
 
 def _plan_name(ctx: PhaseContext) -> str:
@@ -100,20 +110,20 @@ def _plan_name(ctx: PhaseContext) -> str:
 
 async def _plan(ctx: PhaseContext) -> PhaseOutcome:
     args = ctx.input
+    distinct: list[str] = []
+    duplicates: list[str] = []
+    for to in args["recipients"]:
+        (duplicates if to in distinct else distinct).append(to)
     recipients = [
-        {
-            "to": to,
-            "operation_id": notice_operation_id(
-                ctx.session_id, ctx.task.id, to, args["subject"], args["body"]
-            ),
-        }
-        for to in args["recipients"]
+        {"to": to, "operation_id": notice_operation_id(ctx.session_id, ctx.task.id, index)}
+        for index, to in enumerate(distinct)
     ]
     plan = DocumentPut(
         name=_plan_name(ctx),
         kind="email-plan",
         body={
             "recipients": recipients,
+            "duplicates": sorted(set(duplicates)),
             "subject": args["subject"],
             "concurrency": args.get("concurrency", 1),
         },
@@ -132,13 +142,12 @@ async def _send(ctx: PhaseContext) -> PhaseOutcome:
     batch = recipients[spawned : spawned + int(plan.body["concurrency"])]
     notices = tuple(
         TaskSpec(
-            id=f"{ctx.task.id}.n{spawned + offset}",
+            id=notice_task_id(ctx.task.id, spawned + offset),
             kind=NOTICE_KIND,
             input={
                 "to": recipient["to"],
                 "subject": ctx.input["subject"],
                 "body": ctx.input["body"],
-                "operation_id": recipient["operation_id"],
             },
         )
         for offset, recipient in enumerate(batch)
@@ -151,9 +160,17 @@ async def _send(ctx: PhaseContext) -> PhaseOutcome:
 
 
 async def _summarise(ctx: PhaseContext) -> PhaseOutcome:
+    plan = ctx.document(_plan_name(ctx))
     receipts = [_receipt(ctx, notice) for notice in ctx.children()]
     sent = sum(1 for receipt in receipts if receipt["outcome"] == Outcome.SUCCEEDED.value)
-    return Done(result={"sent": sent, "failed": len(receipts) - sent, "receipts": receipts})
+    return Done(
+        result={
+            "sent": sent,
+            "failed": len(receipts) - sent,
+            "duplicates": plan.body.get("duplicates", []) if plan else [],
+            "receipts": receipts,
+        }
+    )
 
 
 def _receipt(ctx: PhaseContext, notice: Any) -> dict[str, JsonValue]:
@@ -163,7 +180,7 @@ def _receipt(ctx: PhaseContext, notice: Any) -> dict[str, JsonValue]:
     recovery = path if notice.settled_by == ctx.services.runner_id else "reused"
     return {
         "to": notice.input["to"],
-        "operation_id": notice.input["operation_id"],
+        "operation_id": operation_id(ctx.session_id, notice.id, SEND_KEY),
         "message_id": result.get("message_id"),
         "outcome": notice.outcome.value if notice.outcome else None,
         "path": path,
@@ -174,25 +191,25 @@ def _receipt(ctx: PhaseContext, notice: Any) -> dict[str, JsonValue]:
 
 async def _send_notice(ctx: PhaseContext) -> PhaseOutcome:
     args = {key: ctx.input[key] for key in ("to", "subject", "body")}
-    resolution = await ctx.operation(SEND_EMAIL, args, str(ctx.input["operation_id"]))
-    output = resolution.output if isinstance(resolution.output, dict) else {}
-    memo = {"message_id": output.get("message_id"), "path": resolution.path}
+    performed = await ctx.operation(SEND_EMAIL, args, SEND_KEY)
+    output = performed.output if isinstance(performed.output, dict) else {}
+    memo = {"message_id": output.get("message_id"), "path": performed.path}
     return Next(phase="confirm", effects=Effects(memo=memo))
 
 
 async def _confirm(ctx: PhaseContext) -> PhaseOutcome:
-    operation_id = str(ctx.input["operation_id"])
+    sent = ctx.operation_id(SEND_KEY)
     args = {key: ctx.input[key] for key in ("to", "subject", "body")}
-    ctx.checkpoint(f"call:before:confirm:{SEND_EMAIL}")
-    answer = await ctx.services.tools.query(SEND_EMAIL, args, operation_id=operation_id)
-    ctx.checkpoint(f"call:after:confirm:{SEND_EMAIL}")
+    ctx.crash_point(f"call:before:confirm:{SEND_EMAIL}")
+    answer = await ctx.services.tools.query(SEND_EMAIL, args, operation_id=sent)
+    ctx.crash_point(f"call:after:confirm:{SEND_EMAIL}")
     if not answer.found:
-        message = f"the email service has no record of {operation_id} after sending it"
+        message = f"the email service has no record of {sent} after sending it"
         return Fail(error=ErrorInfo(code="not_confirmed", message=message))
     result = {
         "to": ctx.input["to"],
-        "operation_id": operation_id,
+        "operation_id": sent,
         "message_id": ctx.memo.get("message_id"),
         "path": ctx.memo.get("path"),
     }
-    return Done(result=result, effects=Effects(applied_operations=(operation_id,)))
+    return Done(result=result, effects=Effects(applied_operations=(sent,)))

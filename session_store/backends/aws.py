@@ -14,7 +14,7 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from contracts import ReadOnlyStore, StoreMissing, StoreUnavailable
+from contracts import PayloadTooLarge, ReadOnlyStore, StoreMissing, StoreUnavailable
 
 _MISSING = frozenset({"NoSuchBucket", "ResourceNotFoundException"})
 _DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnrecognizedClientException"})
@@ -68,6 +68,12 @@ def translate(error: Exception, where: str) -> NoReturn:
             ) from None
         if code in _DENIED:
             raise ReadOnlyStore(f"{where} refused the request ({code})", aws_code=code) from None
+        if _too_large(error, code):
+            raise PayloadTooLarge(
+                f"{where} refused an item as too large ({code}); store large payloads as "
+                "blobs and reference them",
+                aws_code=code,
+            ) from None
         raise StoreUnavailable(
             f"{where} failed: {code or 'unknown error'}", aws_code=code
         ) from None
@@ -80,3 +86,10 @@ def translate(error: Exception, where: str) -> NoReturn:
     if isinstance(error, BotoCoreError | OSError | TimeoutError):
         raise StoreUnavailable(f"{where}: {type(error).__name__}: {error}") from None
     raise error
+
+
+def _too_large(error: ClientError, code: str) -> bool:
+    # DynamoDB: ValidationException "Item size has exceeded the maximum allowed size";
+    # S3: EntityTooLarge. Oversize is the caller's problem, never "try again".
+    message = str(error.response.get("Error", {}).get("Message", ""))
+    return code == "EntityTooLarge" or (code == "ValidationException" and "size" in message)

@@ -65,6 +65,17 @@ async def test_poison_phase_fails_after_the_restart_limit(tmp_path: Path) -> Non
     assert "crashed its executor 3 times" in task.error.message
 
 
+async def test_retries_do_not_count_towards_the_restart_limit(tmp_path: Path) -> None:
+    # Issue 6, defect 6: two retried attempts and one crash are one crash, not three.
+    store_url, log = f"sqlite:///{tmp_path}/store.db", tmp_path / "attempts.log"
+    await submit(store_url, "stumble")
+    codes = [worker(store_url, "stumble", BH_TEST_POISON_LOG=str(log))[0] for _ in range(2)]
+    assert codes == [-signal.SIGKILL, 0]
+    assert log.read_text().splitlines() == [f"attempt {n}" for n in (1, 2, 3, 4)]
+    task = await root(store_url)
+    assert task.outcome is Outcome.SUCCEEDED and task.result == "done at attempt 4"
+
+
 async def test_a_sleep_survives_a_kill_and_wakes_on_time(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path}/store.db"
     await submit(store_url, "nap")

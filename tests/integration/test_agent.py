@@ -4,6 +4,7 @@ record, and an operation of unknown outcome parked instead of re-run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from brain.model.scripted import Script, scripted_app
+from brain.model.scripted import Script, ScriptedModel, scripted_app
 from brain.model.settings import ModelSettings
+from brain.operations import operation_id as operation_id_of
 from brain.runner import DriveReport
 from brain.submissions import SessionClient
 from brain.worker import WorkerSettings, run_worker
@@ -25,6 +27,7 @@ from contracts import (
     SubmissionStatus,
 )
 from session_store import SessionStore, open_store
+from tests.support.eventually import assert_eventually
 from tests.support.http_server import serve
 
 PLUGIN = "tests.support.agent_plugins:plugin"
@@ -119,17 +122,84 @@ async def test_unknown_outcome_of_an_unsafe_tool_is_parked_not_rerun(
     report = await run(url_of(store), charge)
     assert report.active and list(report.parked) == ["root.r1.r1.c0"]
     assert "not replay-safe and has no query" in report.parked["root.r1.r1.c0"]
-    operation_id = "s1:root.r1.r1.c0"
+    call = (await store.session("s1")).state.tasks["root.r1.r1.c0"]
+    assert call.parked is not None
+    operation_id = call.parked.operation_id
+    assert operation_id == operation_id_of("s1", "root.r1.r1.c0", "call")
     parked = await store.get_operation(operation_id)
     assert parked is not None and parked.status is OperationStatus.UNCERTAIN
 
     again = await run(url_of(store), charge)  # nothing changed: still parked, not re-run
     assert again.parked and len(log.read_text().splitlines()) == 1
 
-    await store.put_operation_result(  # an operator confirms with the payment provider
-        OperationResult(operation_id=operation_id, succeeded=True, output={"charged": True})
+    settled = await store.settle_operation(  # an operator confirms with the payment provider
+        OperationResult(
+            operation_id=operation_id, session_id="s1", succeeded=True, output={"charged": True}
+        ),
+        decided_by="ops@example.com",
+        decision="the provider shows the charge for this operation id",
     )
+    assert settled.status is OperationStatus.SUCCEEDED and settled.decided_by is not None
     done = await run(url_of(store), charge)
     assert not done.active and len(log.read_text().splitlines()) == 1
     call = (await store.session("s1")).state.tasks["root.r1.r1.c0"]
-    assert call.result == {"output": {"charged": True}, "path": "reused"}
+    assert call.result["path"] == "reused"  # type: ignore[index]
+    (result,) = await entries(store, EntryKind.TOOL_RESULT)
+    assert result.content["output"] == {"charged": True}  # type: ignore[index]
+
+
+async def run_recorded(store_url: str, model: Script) -> tuple[DriveReport, ScriptedModel]:
+    """Run the worker against a scripted model whose received requests the test reads."""
+    scripted = ScriptedModel(model, token="t")
+    async with serve(scripted.app()) as url:
+        settings = WorkerSettings(
+            store_url=store_url,
+            session_id="s1",
+            plugins=(PLUGIN,),
+            model=ModelSettings(base_url=f"{url}/v1", api_key=SecretStr("t"), model="m"),
+        )
+        return await run_worker(settings), scripted
+
+
+def answered_calls(messages: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The tool call ids the assistant made, and the ids tool messages answered."""
+    calls = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    answers = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    return calls, answers
+
+
+async def test_a_call_that_ends_without_a_result_is_answered_with_an_error(
+    store: SessionStore,
+) -> None:
+    # Issue 6, defect 5: a tool call that fails with anything but ToolFailed used to
+    # leave the assistant's tool_call unanswered, and the next request was a 400.
+    calls = script(
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}, {"name": "stuck_sandbox"}]},
+        {"content": "finished: {last_tool_result}"},
+    )
+    report, model = await run_recorded(url_of(store), calls)
+    assert not report.active
+    assert (await store.session("s1")).state.submissions["r1"].status is SubmissionStatus.ANSWERED
+    made, answered = answered_calls(model.received[1].body["messages"])
+    assert len(made) == 2 and sorted(answered) == sorted(made), "each call answered exactly once"
+    results = await entries(store, EntryKind.TOOL_RESULT)
+    failed = [r.content for r in results if not r.content["ok"]]  # type: ignore[index]
+    assert [f["error"]["code"] for f in failed] == ["sandbox_timeout"]  # type: ignore[index]
+
+
+async def test_a_cancelled_call_is_answered_with_an_error(store: SessionStore) -> None:
+    calls = script({"tool_calls": [{"name": "wait"}]}, {"content": "gave up waiting"})
+    worker = asyncio.create_task(run_recorded(url_of(store), calls))
+
+    async def call_running() -> bool:
+        task = (await store.session("s1")).state.tasks.get("root.r1.r1.c0")
+        return task is not None and task.phase == "execute"
+
+    await assert_eventually(call_running)
+    await SessionClient(store).cancel("s1", task_id="root.r1.r1.c0", reason="took too long")
+    report, model = await asyncio.wait_for(worker, 20)
+    assert not report.active
+    made, answered = answered_calls(model.received[1].body["messages"])
+    assert made == answered == ["call_0_0"]
+    (result,) = await entries(store, EntryKind.TOOL_RESULT)
+    assert result.content["ok"] is False and "took too long" in json.dumps(result.content)  # type: ignore[index]

@@ -112,3 +112,36 @@ async def test_notices_go_out_concurrency_at_a_time(world: World) -> None:
     ledger = await world.email.ledger()
     assert len(ledger.messages) == 5 and set(ledger.requests.values()) == {1}
     await store.close()
+
+
+async def test_a_repeated_recipient_gets_one_email_and_is_reported(world: World) -> None:
+    # Issue 6, defect 4: two notices used to share one operation id; the second
+    # application was refused, crashed the drive, and cancelled its siblings mid-send.
+    batch_call = scenario.script().turns[0].tool_calls[0]
+    given: dict[str, object] = dict(batch_call.arguments)  # type: ignore[arg-type]
+    recipients = scenario.recipients()
+    given["recipients"] = [recipients[0], recipients[1], recipients[0], *recipients[2:]]
+    given["concurrency"] = 4
+    turn = (
+        scenario.script()
+        .turns[0]
+        .model_copy(update={"tool_calls": (batch_call.model_copy(update={"arguments": given}),)})
+    )
+    script = scenario.script().model_copy(update={"turns": (turn, scenario.script().turns[1])})
+    store = await open_store(world.store_url)
+    await SessionClient(store).submit("s1", "req-1", {"text": scenario.REQUEST})
+    async with serve(scripted_app(script, token="model-token")) as model_url:
+        settings = scenario.worker_settings(
+            world.store_url, "s1", model_url=model_url, model_token="model-token"
+        )
+        report = await run_worker(settings)
+    session = await store.session("s1")
+    assert not report.active
+    assert session.state.submissions["req-1"].status is SubmissionStatus.ANSWERED
+    summary = session.state.tasks["root.req-1.r1.c0.run"].result
+    assert summary["sent"] == 5 and summary["failed"] == 0  # type: ignore[index]
+    assert summary["duplicates"] == [recipients[0]]  # type: ignore[index]
+    ledger = await world.email.ledger()
+    assert sorted(m.to for m in ledger.messages) == sorted(recipients)
+    assert set(ledger.requests.values()) == {1}
+    await store.close()

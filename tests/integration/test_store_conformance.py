@@ -16,6 +16,7 @@ from contracts import (
     AlreadyExists,
     BlobRef,
     Commit,
+    CommitRecord,
     ConflictError,
     CorruptRecord,
     DocumentPatch,
@@ -33,12 +34,16 @@ from contracts import (
     ReplayPolicy,
     StoreMissing,
     UnknownRecordVersion,
+    VersionMismatch,
 )
 from session_store import layout, open_store
+from session_store.codec import decode
 from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
 from tests.support.stores import StoreLocation
 
 pytestmark = pytest.mark.store
+
+F = 1  # the fence of "the lease holder" in tests that are not about fencing
 
 
 # --- commits and loading ------------------------------------------------------------
@@ -51,7 +56,7 @@ async def test_commits_get_consecutive_seqs_and_reload_identically(location: Sto
     receipts = []
     for n in range(5):
         commit, current = small_commit(n, current)
-        receipts.append(await handle.commit(commit, fence=None))
+        receipts.append(await handle.commit(commit, fence=F))
     assert [r.seq for r in receipts] == [1, 2, 3, 4, 5]
     reopened = await (await location.open()).session("s1")
     assert reopened.seq == 5
@@ -74,13 +79,13 @@ async def test_stale_expected_seq_is_a_conflict_and_overwrites_nothing(
 ) -> None:
     store = await location.open()
     first, second = await store.session("s1"), await store.session("s1")
-    await first.commit(Commit(entries=(entry("first"),)), fence=None)
+    await first.commit(Commit(entries=(entry("first"),)), fence=F)
     with pytest.raises(ConflictError) as raised:
-        await second.commit(Commit(entries=(entry("second"),)), fence=None)
+        await second.commit(Commit(entries=(entry("second"),)), fence=F)
     assert raised.value.code == "conflict" and raised.value.retryable
     assert second.seq == 0, "a rejected commit must not change the writer's state"
     assert await second.refresh() == 1
-    await second.commit(Commit(entries=(entry("second"),)), fence=None)
+    await second.commit(Commit(entries=(entry("second"),)), fence=F)
     reloaded = await (await location.open()).session("s1")
     assert [e.content for e in await reloaded.entries()] == ["first", "second"]
 
@@ -93,10 +98,10 @@ async def test_newer_claim_fences_out_older_holder_even_after_reload(
 ) -> None:
     store_a, store_b = await location.open(), await location.open()
     a = await store_a.session("s1")
-    await a.claim(5)
+    await a.claim(5, holder="a")
     await a.commit(Commit(entries=(entry("a1"),)), fence=5)
     b = await store_b.session("s1")
-    await b.claim(6)
+    await b.claim(6, holder="b")
     await b.commit(Commit(entries=(entry("b1"),)), fence=6)
     with pytest.raises(ConflictError):  # stale view first
         await a.commit(Commit(entries=(entry("a2"),)), fence=5)
@@ -106,7 +111,7 @@ async def test_newer_claim_fences_out_older_holder_even_after_reload(
         await a.commit(Commit(entries=(entry("a2"),)), fence=5)
     assert raised.value.details == {"session_id": "s1", "fence": 5, "current": 6}
     with pytest.raises(FencedError):
-        await a.claim(5)
+        await a.claim(5, holder="a")
     final = await (await location.open()).session("s1")
     assert [e.content for e in await final.entries()] == ["a1", "b1"]
 
@@ -116,22 +121,30 @@ async def test_claim_alone_fences_before_the_new_holder_commits_anything(
 ) -> None:
     store = await location.open()
     old, new = await store.session("s1"), await store.session("s1")
-    await old.claim(1)
+    await old.claim(1, holder="old")
     await new.refresh()
-    await new.claim(2)
+    await new.claim(2, holder="new")
     await old.refresh()
     with pytest.raises(FencedError):
         await old.commit(Commit(entries=(entry(),)), fence=1)
-    assert (await new.claim(2)).seq == new.seq, "re-claiming with the same fence is a no-op"
+    assert (await new.claim(2, holder="new")).seq == new.seq, "the holder re-claims for free"
+    with pytest.raises(FencedError) as taken:
+        await old.claim(2, holder="old")
+    assert taken.value.details["holder"] == "new", "one fence, one holder"
+    claims = [
+        decode(data, CommitRecord, where=item)
+        for item, data in await store.backend.items(layout.log_partition("s1"))
+    ]
+    assert [(c.holder, c.fence) for c in claims] == [("old", 1), ("new", 2)]
 
 
 async def test_fences_never_decrease_and_unfenced_writers_keep_the_fence(
     location: StoreLocation,
 ) -> None:
     handle = await (await location.open()).session("s1")
-    await handle.claim(3)
-    receipt = await handle.commit(Commit(entries=(entry(),)), fence=None)
-    assert receipt.fence == 3
+    await handle.claim(3, holder="h")
+    receipt = await handle.commit(Commit(submissions=(submission(),)), fence=None)
+    assert receipt.fence == 3 and handle.holder == "h"
     receipt = await handle.commit(Commit(entries=(entry(),)), fence=7)
     assert (receipt.fence, handle.fence) == (7, 7)
 
@@ -145,23 +158,24 @@ async def test_documents_put_patch_and_version_guards(location: StoreLocation) -
         Commit(
             documents=(DocumentPut(name="plan", body={"a": 1, "b": {"c": 2}}, expected_version=0),)
         ),
-        fence=None,
+        fence=F,
     )
     await handle.commit(
         Commit(documents=(DocumentPatch(name="plan", patch={"b": {"c": None, "d": 3}}),)),
-        fence=None,
+        fence=F,
     )
     plan = handle.state.documents["plan"]
     assert (plan.version, plan.body) == (2, {"a": 1, "b": {"d": 3}})
-    with pytest.raises(ConflictError):
+    with pytest.raises(VersionMismatch) as stale:
         await handle.commit(
-            Commit(documents=(DocumentPut(name="plan", body={}, expected_version=1),)), fence=None
+            Commit(documents=(DocumentPut(name="plan", body={}, expected_version=1),)), fence=F
         )
+    assert not stale.value.retryable, "a logical refusal, not a race: reloading won't help"
     with pytest.raises(NotFound):
-        await handle.commit(Commit(documents=(DocumentPatch(name="nope", patch={}),)), fence=None)
+        await handle.commit(Commit(documents=(DocumentPatch(name="nope", patch={}),)), fence=F)
     assert handle.seq == 2
     created = DocumentPatch(name="control", patch={"cancel": {"t1": "user"}}, create=True)
-    await handle.commit(Commit(documents=(created, created)), fence=None)
+    await handle.commit(Commit(documents=(created, created)), fence=None)  # ingress may
     control = handle.state.documents["control"]
     assert (control.version, control.body) == (2, {"cancel": {"t1": "user"}})
 
@@ -169,15 +183,15 @@ async def test_documents_put_patch_and_version_guards(location: StoreLocation) -
 async def test_task_revisions_are_checked(location: StoreLocation) -> None:
     handle = await (await location.open()).session("s1")
     created = task()
-    await handle.commit(Commit(tasks=(created,)), fence=None)
+    await handle.commit(Commit(tasks=(created,)), fence=F)
     with pytest.raises(AlreadyExists):
-        await handle.commit(Commit(tasks=(task(),)), fence=None)
+        await handle.commit(Commit(tasks=(task(),)), fence=F)
     with pytest.raises(ConflictError):
-        await handle.commit(Commit(tasks=(advance(advance(created)),)), fence=None)
+        await handle.commit(Commit(tasks=(advance(advance(created)),)), fence=F)
     done = finish(created, result={"ok": True})
-    await handle.commit(Commit(tasks=(done,)), fence=None)
+    await handle.commit(Commit(tasks=(done,)), fence=F)
     with pytest.raises(InvalidTransition):
-        await handle.commit(Commit(tasks=(advance(done, phase="again"),)), fence=None)
+        await handle.commit(Commit(tasks=(advance(done, phase="again"),)), fence=F)
     assert handle.state.tasks["t1"].result == {"ok": True}
 
 
@@ -185,30 +199,30 @@ async def test_submissions_outbox_and_apply_once(location: StoreLocation) -> Non
     handle = await (await location.open()).session("s1")
     accepted = submission("req-1", input="hello")
     message = OutboxMessage(id="op-1", topic="tools.dispatch", payload={"tool": "echo"})
-    await handle.commit(Commit(submissions=(accepted,), outbox=(message,)), fence=None)
+    await handle.commit(Commit(submissions=(accepted,), outbox=(message,)), fence=F)
     assert handle.state.outbox == {"op-1": message}
     with pytest.raises(AlreadyExists):
-        await handle.commit(Commit(submissions=(submission("req-1"),)), fence=None)
+        await handle.commit(Commit(submissions=(submission("req-1"),)), fence=F)
     await handle.commit(
         Commit(
             outbox_done=("op-1",), applied_operations=("op-1",), submissions=(answer(accepted),)
         ),
-        fence=None,
+        fence=F,
     )
     assert handle.state.outbox == {}
     assert handle.state.submissions["req-1"].answer == "done"
     with pytest.raises(AlreadyApplied) as raised:
-        await handle.commit(Commit(applied_operations=("op-1",)), fence=None)
+        await handle.commit(Commit(applied_operations=("op-1",)), fence=F)
     assert "applied" in raised.value.message
     assert "op-1" in (await (await location.open()).session("s1")).state.applied_operations
 
 
 async def test_one_commit_is_all_or_nothing(location: StoreLocation) -> None:
     handle = await (await location.open()).session("s1")
-    await handle.commit(Commit(tasks=(task("t1"),)), fence=None)
+    await handle.commit(Commit(tasks=(task("t1"),)), fence=F)
     bad = Commit(entries=(entry("lost?"),), tasks=(task("t2"), task("t1")))
     with pytest.raises(AlreadyExists):
-        await handle.commit(bad, fence=None)
+        await handle.commit(bad, fence=F)
     reloaded = await (await location.open()).session("s1")
     assert (reloaded.seq, reloaded.state.entry_count, set(reloaded.state.tasks)) == (1, 0, {"t1"})
 
@@ -222,7 +236,7 @@ async def test_baselines_bound_the_replay_and_keep_all_history(location: StoreLo
     current = None
     for n in range(23):
         commit, current = small_commit(n, current)
-        await handle.commit(commit, fence=None)
+        await handle.commit(commit, fence=F)
     await store.flush()
     baselines = await store.backend.keys(layout.baseline_partition("s1"))
     assert baselines == [layout.seq_item(16), layout.seq_item(20)], "newest two are kept"
@@ -235,17 +249,17 @@ async def test_baselines_bound_the_replay_and_keep_all_history(location: StoreLo
 
 async def test_read_only_observer_reads_but_cannot_write(location: StoreLocation) -> None:
     writer = await (await location.open()).session("s1")
-    await writer.commit(Commit(tasks=(task(),), entries=(entry("seen"),)), fence=None)
+    await writer.commit(Commit(tasks=(task(),), entries=(entry("seen"),)), fence=F)
     observer_store = await location.open(read_only=True)
     observer = await observer_store.session("s1")
     assert [e.content for e in await observer.entries()] == ["seen"]
     with pytest.raises(ReadOnlyStore):
-        await observer.commit(Commit(entries=(entry(),)), fence=None)
+        await observer.commit(Commit(entries=(entry(),)), fence=F)
     with pytest.raises(ReadOnlyStore):
         await observer_store.put_blob(b"data")
     with pytest.raises(ReadOnlyStore):
         await observer_store.create_operation(_operation("op-ro"))
-    await writer.commit(Commit(entries=(entry("later"),)), fence=None)
+    await writer.commit(Commit(entries=(entry("later"),)), fence=F)
     assert await observer.refresh() == 1
 
 
@@ -281,7 +295,7 @@ async def test_oversized_blob_and_record_are_refused_with_the_limit(
     assert "4,096" in raised.value.message and raised.value.details["limit"] == 4096
     handle = await store.session("s1")
     with pytest.raises(PayloadTooLarge) as raised:
-        await handle.commit(Commit(entries=(entry("y" * 3000),)), fence=None)
+        await handle.commit(Commit(entries=(entry("y" * 3000),)), fence=F)
     assert "2,048" in raised.value.message and "blob" in raised.value.message
     assert handle.seq == 0 and (await (await location.open()).session("s1")).seq == 0
 
@@ -302,7 +316,7 @@ async def test_damaged_blob_is_reported_not_returned(location: StoreLocation) ->
 async def test_unknown_record_version_fails_clearly(location: StoreLocation) -> None:
     store = await location.open()
     handle = await store.session("s1")
-    await handle.commit(Commit(entries=(entry(),)), fence=None)
+    await handle.commit(Commit(entries=(entry(),)), fence=F)
     future = {"v": 2, "type": "commit", "session_id": "s1", "seq": 2, "shiny": True}
     await store.backend.create(
         layout.log_partition("s1"), layout.seq_item(2), json.dumps(future).encode()
@@ -379,7 +393,9 @@ async def test_operation_transitions_have_exactly_one_winner(location: StoreLoca
 async def test_operation_result_is_written_once(location: StoreLocation) -> None:
     store = await location.open()
     await store.create_operation(_operation("op-1"))
-    result = OperationResult(operation_id="op-1", succeeded=True, output={"message_id": "m-1"})
+    result = OperationResult(
+        operation_id="op-1", session_id="s1", succeeded=True, output={"message_id": "m-1"}
+    )
     assert await store.put_operation_result(result) == result
     assert await store.put_operation_result(result) == result, "an identical retry is harmless"
     with pytest.raises(AlreadyExists):
@@ -388,6 +404,8 @@ async def test_operation_result_is_written_once(location: StoreLocation) -> None
         )
     assert await store.get_operation_result("op-1") == result
     assert await store.get_operation_result("op-2") is None
+    with pytest.raises(NotFound):  # results belong to recorded operations
+        await store.put_operation_result(result.model_copy(update={"operation_id": "op-2"}))
 
 
 async def test_operations_are_listed_by_session(location: StoreLocation) -> None:
@@ -411,13 +429,13 @@ async def test_active_index_follows_open_work(location: StoreLocation) -> None:
     store = await location.open()
     busy, idle = await store.session("busy"), await store.session("idle")
     started = task()
-    await busy.commit(Commit(tasks=(started,)), fence=None)
-    await idle.commit(Commit(entries=(entry(),)), fence=None)
+    await busy.commit(Commit(tasks=(started,)), fence=F)
+    await idle.commit(Commit(entries=(entry(),)), fence=F)
     accepted = submission()
-    await idle.commit(Commit(submissions=(accepted,)), fence=None)
+    await idle.commit(Commit(submissions=(accepted,)), fence=F)
     assert await _active(location) == {"busy", "idle"}
-    await idle.commit(Commit(submissions=(answer(accepted),)), fence=None)
-    await busy.commit(Commit(tasks=(finish(started),)), fence=None)
+    await idle.commit(Commit(submissions=(answer(accepted),)), fence=F)
+    await busy.commit(Commit(tasks=(finish(started),)), fence=F)
     assert await _active(location) == set()
 
 
@@ -426,7 +444,7 @@ async def test_sweep_keeps_active_sessions_and_drops_finished_ones(
 ) -> None:
     store = await location.open()
     handle = await store.session("s1")
-    await handle.commit(Commit(tasks=(task(),)), fence=None)
+    await handle.commit(Commit(tasks=(task(),)), fence=F)
     await store.index.mark("ghost")  # e.g. left by a writer that crashed before committing
     assert await store.sweep("s1") is True
     assert await store.sweep("ghost") is False

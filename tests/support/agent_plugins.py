@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -11,7 +12,7 @@ from pydantic import JsonValue
 
 from brain.registry import Registry
 from brain.tools import LocalDispatcher, ToolSpec
-from contracts import OutcomeUnknown, ReplayPolicy
+from contracts import OutcomeUnknown, ReplayPolicy, SandboxTimeout
 
 _TEXT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 
@@ -37,7 +38,18 @@ async def _lost(args: dict[str, Any], operation_id: str) -> JsonValue:
     raise OutcomeUnknown("the reply was lost", operation_id=operation_id)
 
 
+async def _sandbox_timeout(args: dict[str, Any], operation_id: str) -> JsonValue:
+    raise SandboxTimeout("the sandbox stopped the tool at its 30 s timeout")
+
+
+async def _wait(args: dict[str, Any], operation_id: str) -> JsonValue:
+    await asyncio.sleep(3600)
+    return None
+
+
 async def plugin(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
     tools.register(ToolSpec(name="echo", parameters=_TEXT, replay=ReplayPolicy.SAFE), _echo)
     tools.register(ToolSpec(name="big", parameters={"type": "object"}), _big)
     tools.register(ToolSpec(name="charge_card", parameters=_TEXT), _lost)
+    tools.register(ToolSpec(name="stuck_sandbox", parameters={"type": "object"}), _sandbox_timeout)
+    tools.register(ToolSpec(name="wait", parameters={"type": "object"}), _wait)

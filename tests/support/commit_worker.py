@@ -38,7 +38,7 @@ async def race(url: str, session_id: str, worker: str, attempts: int, barrier: P
         entry_id = f"{worker}-{attempt}"
         try:
             receipt = await handle.commit(
-                Commit(entries=(entry(entry_id, entry_id=entry_id),)), fence=None
+                Commit(entries=(entry(entry_id, entry_id=entry_id),)), fence=0
             )
             say(ok=receipt.seq, id=entry_id)
         except ConflictError:
@@ -55,7 +55,7 @@ async def loop(url: str, session_id: str) -> None:
         entry_id = uuid.uuid4().hex
         say(begin=entry_id)
         receipt = await handle.commit(
-            Commit(entries=(entry(entry_id, entry_id=entry_id),)), fence=None
+            Commit(entries=(entry(entry_id, entry_id=entry_id),)), fence=0
         )
         say(ok=receipt.seq, id=entry_id)
 

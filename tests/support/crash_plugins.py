@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from brain.context import PhaseContext
-from brain.outcome import Done, PhaseOutcome, Sleep
+from brain.outcome import Done, PhaseOutcome, Retry, Sleep
 from brain.registry import Registry, TaskKind
 from brain.tools import LocalDispatcher
 
@@ -23,6 +23,16 @@ async def _poison(ctx: PhaseContext) -> PhaseOutcome:
     _note(f"attempt {ctx.attempt}")  # a tiny local write; the process dies right after
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable")
+
+
+async def _stumble(ctx: PhaseContext) -> PhaseOutcome:
+    # Two transient errors (say, a model's 429s), then the process dies once.
+    _note(f"attempt {ctx.attempt}")
+    if ctx.attempt <= 2:
+        return Retry(reason="429 Too Many Requests", delay=timedelta(0))
+    if ctx.attempt == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Done(result=f"done at attempt {ctx.attempt}")
 
 
 async def _nap(ctx: PhaseContext) -> PhaseOutcome:
@@ -39,6 +49,10 @@ async def _later(ctx: PhaseContext) -> PhaseOutcome:
 
 async def poison(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
     registry.add(TaskKind("poison", 1, {"start": _poison}, max_crashes=3))
+
+
+async def stumble(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    registry.add(TaskKind("stumble", 1, {"start": _stumble}, max_crashes=3))
 
 
 async def nap(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from brain.context import Services
 from brain.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
-from brain.registry import Registry
+from brain.registry import Backoff, Registry, TaskKind
 from brain.runner import DriveReport, SessionRunner
+from brain.services import Services
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import Submission, Task, utcnow
 from session_store import SessionStore, open_store
+
+FAST = Backoff(initial=timedelta(milliseconds=10))
+
+
+def kind(name: str, phases: dict[str, Any], **options: Any) -> TaskKind:
+    """Version 1 of a task kind with a fast backoff, for tests."""
+    return TaskKind(name=name, version=1, phases=phases, backoff=FAST, **options)
 
 
 @dataclass
@@ -26,12 +35,14 @@ class Kernel:
     tools: LocalDispatcher
     client: SessionClient
 
-    def runner(self, runner_id: str | None = None) -> SessionRunner:
+    def runner(
+        self, runner_id: str | None = None, *, clock: Callable[[], datetime] = utcnow
+    ) -> SessionRunner:
         services = Services(
             store=self.store,
             tools=self.tools,
             crash=CrashPoints(),
-            clock=utcnow,
+            clock=clock,
             runner_id=runner_id or uuid.uuid4().hex[:8],
         )
         return SessionRunner(self.store, self.registry, services)
@@ -54,8 +65,10 @@ class Kernel:
 
 
 @asynccontextmanager
-async def kernel(tmp_path: Path, registry: Registry | None = None) -> AsyncIterator[Kernel]:
-    store = await open_store(f"sqlite:///{tmp_path}/kernel.db")
+async def kernel(
+    tmp_path: Path, registry: Registry | None = None, **store_settings: Any
+) -> AsyncIterator[Kernel]:
+    store = await open_store(f"sqlite:///{tmp_path}/kernel.db", **store_settings)
     try:
         yield Kernel(store, registry or Registry(), LocalDispatcher(), SessionClient(store))
     finally:

@@ -260,10 +260,13 @@ async def test_restart_limit_fails_a_phase_found_running_too_often(
                 "kind": "fragile",
                 "status": TaskStatus.RUNNING,
                 "attempts": max_crashes,
+                "crashes": max_crashes - 1,  # this start is the max_crashes-th to die
                 "rev": root.rev + 1,
             }
         )
-        await handle.commit(Commit(tasks=(crashed,)), fence=None)
+        dead = handle.fence + 1
+        await handle.claim(dead, holder="a process that died")
+        await handle.commit(Commit(tasks=(crashed,)), fence=dead)
         await k.run()
         failed = await k.task("root.r1")
         assert failed.outcome is Outcome.FAILED and ran == []

@@ -166,11 +166,19 @@ async def test_a_replayed_conversation_gets_the_same_answer() -> None:
 async def test_last_tool_result_is_templated_into_content(
     tool_results: list[str], expected: str
 ) -> None:
-    conversation = [USER] + [
-        ChatMessage(role="tool", tool_call_id=f"call_{i}", content=result)
-        for i, result in enumerate(tool_results)
+    calls = tuple(
+        ToolCall(id=f"call_{i}", name="echo", arguments="{}") for i in range(len(tool_results))
+    )
+    conversation = [
+        USER,
+        ChatMessage(role="assistant", content=None if calls else "thinking", tool_calls=calls),
+        *(
+            ChatMessage(role="tool", tool_call_id=call.id, content=result)
+            for call, result in zip(calls, tool_results, strict=True)
+        ),
     ]
-    async with scripted([{"content": "Result: [{last_tool_result}]"}]) as (_, client):
+    turns = [{"content": "calling"}, {"content": "Result: [{last_tool_result}]"}]
+    async with scripted(turns) as (_, client):
         reply = await client.complete(conversation, request_id="req-1")
     assert reply.content == expected
 

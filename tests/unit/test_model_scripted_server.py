@@ -101,3 +101,45 @@ def test_an_invalid_script_file_is_refused_with_the_problem(
 def test_a_missing_script_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="cannot read script"):
         Script.load(tmp_path / "absent.json")
+
+
+def _call(call_id: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        (
+            [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [_call("a"), _call("b")]},
+                {"role": "tool", "tool_call_id": "a", "content": "ok"},
+                {"role": "user", "content": "and?"},
+            ],
+            "did not have response messages: b",
+        ),
+        (
+            [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [_call("a")]},
+            ],
+            "did not have response messages: a",
+        ),
+        (
+            [
+                {"role": "user", "content": "go"},
+                {"role": "tool", "tool_call_id": "z", "content": "from nowhere"},
+            ],
+            "must be a response to a preceding message with 'tool_calls'",
+        ),
+    ],
+)
+async def test_tool_calls_must_be_answered_as_the_real_apis_require(
+    http: httpx.AsyncClient, messages: list[dict[str, object]], problem: str
+) -> None:
+    # Issue 6, defect 5: OpenAI-compatible servers reject a conversation in which an
+    # assistant's tool call has no tool message answering it.
+    response = await http.post("/v1/chat/completions", json={"messages": messages}, headers=AUTH)
+    assert response.status_code == 400
+    assert problem in response.json()["error"]["message"]

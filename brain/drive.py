@@ -1,0 +1,367 @@
+"""One drive of one session: claim, then plan, commit and run phases until nothing moves.
+
+Each pass plans (``brain.planner``), commits its decisions together with the intents of
+the phases about to run (intent before action), and launches those phases; each phase's
+outcome is committed atomically the moment it returns (``brain.decide``). Commits go
+through one lock and are rebuilt from the newest state after a lost seq race. An
+outcome the store refuses — it contradicts the session, or is too large — fails that
+task with the reason and never disturbs its siblings; a newer fence ends the drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from brain import decide, planner
+from brain.builder import CommitBuilder
+from brain.context import PhaseContext
+from brain.ingest import ingest, root_task_id
+from brain.operations import OperationInFlight, OperationParked
+from brain.outcome import Fail, PhaseOutcome, Retry, Wait
+from brain.registry import TaskKind
+from contracts import (
+    BrainhandsError,
+    ConflictError,
+    ErrorInfo,
+    FencedError,
+    InvalidInput,
+    LeaseLost,
+    NotFound,
+    Parked,
+    Refused,
+    StoreUnavailable,
+    Task,
+    TaskStatus,
+)
+from session_store import SessionHandle
+
+if TYPE_CHECKING:
+    from brain.runner import SessionRunner
+
+log = logging.getLogger(__name__)
+
+_REBASES = 8
+# What the store answers when a write contradicts the session (or is malformed, or too
+# large): deciding again from a reloaded state gives the same answer.
+REFUSALS = (Refused, InvalidInput, NotFound)
+
+
+class Drive:
+    def __init__(self, runner: SessionRunner, handle: SessionHandle) -> None:
+        self.runner = runner
+        self.handle = handle
+        self.services = runner.services
+        self.fence = 0
+        self.commits = 0
+        self.phases = 0
+        self.lock = asyncio.Lock()
+        self.changed = asyncio.Event()
+        self.inflight: dict[str, asyncio.Task[None]] = {}
+        self.handlers: dict[str, asyncio.Future[PhaseOutcome]] = {}
+        self.cancel_notes: dict[str, str] = {}
+        self.refused: dict[str, ErrorInfo] = {}
+        self.plan = planner.Plan()
+
+    async def run(self, fence: int | None) -> bool:
+        """Drive until nothing can move; False when a newer holder fenced this one out."""
+        try:
+            await self._claim(fence)
+            await self._loop()
+        except FencedError as error:
+            log.warning("session %s: fenced out: %s", self.handle.session_id, error.message)
+            return False
+        finally:
+            await self._stop_all()
+        return True
+
+    async def _loop(self) -> None:
+        while True:
+            self.changed.clear()
+            progressed = await self._advance()
+            if not self.inflight:
+                if progressed or await self.handle.refresh():
+                    continue
+                return
+            waiter = asyncio.ensure_future(self.changed.wait())
+            done, _ = await asyncio.wait(
+                {*self.inflight.values(), waiter},
+                timeout=self.runner.poll_interval.total_seconds(),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            waiter.cancel()
+            self._reap()
+            if not done:
+                async with self.lock:  # news from other writers: submissions, cancels
+                    await self.handle.refresh()
+
+    async def _claim(self, fence: int | None) -> None:
+        holder = self.services.runner_id
+        if fence is None:  # embedded: the next fence, unless this runner holds the session
+            self.fence = await self._next_fence(holder)
+            return
+        self.fence = fence
+        if self.handle.fence != fence or self.handle.holder != holder:
+            await self._write_claim(fence, holder)
+        # else: still ours; the fence rises only when the holder changes
+
+    async def _next_fence(self, holder: str) -> int:
+        for _ in range(_REBASES):
+            if self.handle.holder == holder:
+                return self.handle.fence
+            candidate = self.handle.fence + 1
+            try:
+                await self._write_claim(candidate, holder)
+                return candidate
+            except (ConflictError, FencedError):
+                await self.handle.refresh()  # another runner claimed first: look again
+        raise LeaseLost(f"session {self.handle.session_id} is being claimed by other runners")
+
+    async def _write_claim(self, fence: int, holder: str) -> None:
+        await self.handle.claim(fence, holder=holder)
+        self.commits += 1
+        self.services.crash.reached("commit:claim")
+
+    async def _advance(self) -> bool:
+        """Plan, commit the decisions and phase intents in one commit, launch the phases."""
+        facts = await self._facts()
+        launch: list[str] = []
+
+        def build(b: CommitBuilder) -> None:
+            launch.clear()
+            ingest(b, root_kind=self.runner.root_kind, refused=self.refused)
+            self.plan = planner.plan(
+                b.state_view(),
+                self.runner.registry,
+                planner.Facts(
+                    now=b.now,
+                    settled_operations=facts.settled_operations,
+                    archived_tasks=facts.archived_tasks,
+                ),
+                running_here=self.inflight.keys(),
+            )
+            for step in self.plan.steps:
+                self._apply(b, step, launch)
+
+        committed = await self._commit_decisions(build)
+        for task_id in launch:
+            self.inflight[task_id] = asyncio.create_task(self._phases(task_id))
+        return committed
+
+    async def _commit_decisions(self, build: Callable[[CommitBuilder], None]) -> bool:
+        """Commit a planning pass; a submission whose root task the store refuses (its id
+        is taken by a settled task) is answered as failed instead, and the pass rebuilt."""
+        for _ in range(_REBASES):
+            try:
+                return await self._commit(build, "kernel")
+            except Refused as error:
+                request_id = self._submission_of(error)
+                if request_id is None:
+                    raise
+                self.refused[request_id] = error.info()
+        raise StoreUnavailable(f"could not plan {self.handle.session_id}: too many refusals")
+
+    def _submission_of(self, error: Refused) -> str | None:
+        key = error.details.get("key")
+        for submission in self.handle.state.submissions.values():
+            if root_task_id(submission.request_id) == key:
+                return submission.request_id
+        return None
+
+    def _apply(self, b: CommitBuilder, step: planner.Step, launch: list[str]) -> None:
+        runner_id = self.services.runner_id
+        task = b.task(step.task_id)
+        if step.kind == "start":
+            decide.start(b, task.id, after_crash=step.after_crash)
+            launch.append(task.id)
+        elif step.kind == "enter":
+            assert step.phase is not None
+            decide.enter(b, task.id, step.phase)
+            launch.append(task.id)
+        elif step.kind == "migrate":
+            self._migrate(b, task)
+        elif step.kind == "fail_crashed":
+            crashes = task.crashes + 1
+            error = ErrorInfo(
+                code="restart_limit",
+                message=f"phase {task.phase!r} crashed its executor {crashes} times",
+                details={"phase": task.phase, "crashes": crashes, "attempts": task.attempts},
+            )
+            decide.fail(b, task.id, error, runner_id=runner_id)
+        elif step.kind == "fail_fast":
+            culprit = b.tasks_by_id().get(step.culprit or "")
+            error = (culprit.error if culprit else None) or ErrorInfo(
+                code="subtask_failed", message=f"{step.culprit} did not succeed"
+            )
+            decide.fail(b, task.id, error, runner_id=runner_id)
+        elif step.kind == "finish":
+            decide.finish(b, task.id)
+        else:
+            note = self.cancel_notes.pop(task.id, None)
+            decide.settle_cancelled(b, task.id, runner_id=runner_id, note=note)
+
+    def _migrate(self, b: CommitBuilder, task: Task) -> None:
+        resolution = self.runner.registry.resolve(task)
+        migrated = task
+        for migration in resolution.migrations:
+            migrated = migration.migrate(migrated).model_copy(
+                update={"version": migration.to_version}
+            )
+        b.update(task.id, **migrated.model_dump(exclude={"rev", "updated_at", "id"}))
+
+    async def _phases(self, task_id: str) -> None:
+        """Run the task's current phase, commit its outcome, and go on while it says Next."""
+        while True:
+            task = self.handle.state.tasks[task_id]
+            if task.status is not TaskStatus.RUNNING or task.cancel_requested:
+                return
+            kind = self.runner.registry.resolve(task).kind
+            assert kind is not None, "planned tasks have a handler"
+            outcome = await self._run_handler(task, kind)
+            if outcome is None:  # told to stop
+                return
+            self.phases += 1
+            if not await self._commit_outcome(task, outcome, kind):
+                return
+
+    async def _commit_outcome(self, task: Task, outcome: PhaseOutcome, kind: TaskKind) -> bool:
+        """Commit a phase's outcome; True when the task goes straight on to its next phase."""
+        carry_on = False
+
+        def build(b: CommitBuilder) -> None:
+            nonlocal carry_on
+            carry_on = decide.apply_outcome(
+                b, task.id, outcome, kind, runner_id=self.services.runner_id
+            )
+
+        # A task going straight on to its next phase changes nothing others wait for:
+        # only wake the planner when it stops, or when it created tasks.
+        label = f"{task.kind}:{task.phase}"
+        try:
+            await self._commit(build, label, wake=lambda: not carry_on)
+        except REFUSALS as error:
+            await self._record_refusal(task, kind, error, label)
+            return False
+        return carry_on
+
+    async def _record_refusal(
+        self, task: Task, kind: TaskKind, error: BrainhandsError, label: str
+    ) -> None:
+        """The outcome cannot be recorded as it is: fail the task with the reason instead
+        of losing the outcome or crashing the drive."""
+        log.error("outcome of %s/%s refused: %s", task.id, task.phase, error.message)
+        refused = Fail(error=ErrorInfo(code=error.code, message=error.message))
+
+        def build(b: CommitBuilder) -> None:
+            if not b.task(task.id).is_terminal:
+                decide.apply_outcome(b, task.id, refused, kind, runner_id=self.services.runner_id)
+
+        try:
+            await self._commit(build, label)
+        except REFUSALS as again:
+            log.error("task %s: even its failure was refused: %s", task.id, again.message)
+
+    async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
+        handler = kind.phases[task.phase]
+        context = PhaseContext(task, self.handle, self.services)
+        running = asyncio.ensure_future(handler(context))
+        self.handlers[task.id] = running
+        try:
+            return await running
+        except asyncio.CancelledError:
+            if not running.cancelled():
+                raise
+            cancelled = context.cancelled_operation
+            if cancelled is not None:
+                self.cancel_notes[task.id] = (
+                    f"operation {cancelled.operation_id} ({cancelled.tool}) was in flight "
+                    "when cancelled; its outcome is unknown (recorded as uncertain)"
+                )
+            return None  # cancellation requested for this task: do not record an outcome
+        except OperationParked as parked:
+            return Wait(
+                operations=(parked.operation_id,),
+                next_phase=task.phase,
+                reason=f"uncertain: {parked.message}",
+                parked=Parked(operation_id=parked.operation_id, reason=parked.message),
+            )
+        except OperationInFlight as busy:
+            return Retry(reason=busy.message, delay=busy.until - self.services.clock())
+        except BrainhandsError as error:
+            if error.retryable:
+                return Retry(reason=f"{error.code}: {error.message}")
+            return Fail(error=error.info())
+        except Exception as error:  # a bug or an unexpected failure: bounded retries
+            log.exception("phase %s of task %s raised", task.phase, task.id)
+            return Retry(reason=f"{type(error).__name__}: {error}")
+        finally:
+            self.handlers.pop(task.id, None)
+
+    async def _commit(
+        self,
+        build: Callable[[CommitBuilder], None],
+        label: str,
+        wake: Callable[[], bool] = lambda: True,
+    ) -> bool:
+        """Build against the newest state and commit; rebuild after a lost seq race with
+        an unfenced writer. A newer fence ends the drive (``FencedError``)."""
+        async with self.lock:
+            for _ in range(_REBASES):
+                builder = CommitBuilder(self.handle.state, self.services.clock())
+                build(builder)
+                commit = builder.build()
+                if commit.is_empty:
+                    return False
+                try:
+                    await self.handle.commit(commit, fence=self.fence)
+                except ConflictError:
+                    await self.handle.refresh()
+                    continue
+                self.commits += 1
+                self.services.crash.reached(f"commit:{label}")
+                self._stop_cancelled()
+                if wake() or any(t.rev == 1 for t in commit.tasks):
+                    self.changed.set()
+                return True
+        raise StoreUnavailable(f"could not commit to {self.handle.session_id}: too many races")
+
+    def _stop_cancelled(self) -> None:
+        """Tell active phases of tasks whose cancellation was just committed to stop."""
+        for task_id, running in list(self.handlers.items()):
+            if self.handle.state.tasks[task_id].cancel_requested:
+                running.cancel()
+
+    async def _facts(self) -> planner.Facts:
+        """What planning needs from outside the state: which awaited operations have a
+        result, and awaited tasks that left the state for the archive."""
+        state = self.handle.state
+        waiting = [t.wait for t in state.tasks.values() if t.status is TaskStatus.WAITING]
+        operations = sorted({op for wait in waiting if wait for op in wait.operations})
+        missing = sorted({t for wait in waiting if wait for t in wait.tasks} - state.tasks.keys())
+        store = self.runner.store
+        settled = {op for op in operations if await store.get_operation_result(op) is not None}
+        archived = {}
+        for task_id in missing:
+            found = await self.handle.task(task_id)
+            if found is not None:
+                archived[task_id] = found
+        return planner.Facts(
+            now=self.services.clock(), settled_operations=settled, archived_tasks=archived
+        )
+
+    def _reap(self) -> None:
+        for task_id, running in list(self.inflight.items()):
+            if running.done():
+                del self.inflight[task_id]
+                running.result()  # re-raise FencedError and real failures
+
+    async def _stop_all(self) -> None:
+        for running in self.inflight.values():
+            running.cancel()
+        for running in self.inflight.values():
+            with contextlib.suppress(asyncio.CancelledError, BrainhandsError):
+                await running
+        self.inflight.clear()

@@ -1,0 +1,85 @@
+"""Which process runs an attempt, and whether another process can know it has stopped.
+
+A Brain records, with every attempt of an operation, the process that makes it: the
+kernel's boot id, the pid namespace, the pid and the process's start time. A process on
+the same kernel and in the same pid namespace can then tell *for certain* that the
+attempt's process is gone (no such pid, a zombie, or a different process under a reused
+pid), and recover at once instead of waiting for the attempt's deadline. From any other
+host or namespace nothing is certain, and the deadline decides (invariant 11).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from enum import StrEnum
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+class ProcessState(StrEnum):
+    THIS = "this"  # the calling process itself
+    ALIVE = "alive"  # another process that is still running
+    GONE = "gone"  # certainly not running any more
+    UNKNOWN = "unknown"  # on another host or namespace: cannot tell
+
+
+def this_process() -> str:
+    """This process's identity, e.g. ``linux:3f2a…:4026531836:1234:987654``."""
+    pid = os.getpid()
+    boot, namespace, started = _boot_id(), _pid_namespace(), _start_time(pid)
+    if boot is None or namespace is None or started is None:
+        return f"host:{socket.gethostname()}:{pid}"
+    return f"linux:{boot}:{namespace}:{pid}:{started}"
+
+
+def process_state(process: str | None) -> ProcessState:
+    """What can be known here about the process named ``process`` (from ``this_process``)."""
+    if process is None:
+        return ProcessState.UNKNOWN
+    if process == this_process():
+        return ProcessState.THIS
+    parts = process.split(":")
+    if len(parts) != 5 or parts[0] != "linux":
+        return ProcessState.UNKNOWN
+    _, boot, namespace, pid, started = parts
+    if boot != _boot_id() or namespace != _pid_namespace() or not pid.isdigit():
+        return ProcessState.UNKNOWN
+    now = _start_time(int(pid))
+    if now is None or str(now) != started or _is_zombie(int(pid)):
+        return ProcessState.GONE
+    return ProcessState.ALIVE
+
+
+def _boot_id() -> str | None:
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+    except OSError:
+        return None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return str(os.stat(_PROC / "self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after it.
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None  # field 22: starttime
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in {"Z", "X"}  # type: ignore[index]

@@ -1,0 +1,98 @@
+"""Turning what clients wrote into decisions: new submissions become root tasks, and
+cancellation requests in the control document become cancel decisions.
+
+A submission the kernel cannot turn into a task (input an older or foreign ingress let
+through, a root task id that is taken) is answered as failed with the reason, in the
+same commit; the session's other work goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from brain import decide
+from brain.builder import CommitBuilder
+from brain.intake import read_input
+from brain.outcome import TaskSpec
+from contracts import (
+    CONTROL_DOCUMENT,
+    BrainhandsError,
+    ErrorInfo,
+    Submission,
+    SubmissionStatus,
+    TaskInput,
+    TextInput,
+)
+
+
+def root_task_id(request_id: str) -> str:
+    return f"root.{request_id}"
+
+
+def ingest(b: CommitBuilder, *, root_kind: str, refused: Mapping[str, ErrorInfo]) -> None:
+    """Record the decisions for new submissions and cancellation requests in ``b``.
+
+    ``refused`` holds submissions whose root task the store refused in an earlier
+    attempt of this commit; they are answered as failed.
+    """
+    control = b.document(CONTROL_DOCUMENT)
+    cancel_requests = dict(control.body.get("cancel_requests", {})) if control else {}
+    cancel_tasks = dict(control.body.get("cancel_tasks", {})) if control else {}
+    for submission in b.submissions():
+        reason = cancel_requests.get(submission.request_id)
+        if submission.status is SubmissionStatus.ACCEPTED and submission.task_id is None:
+            _accept(b, submission, reason, root_kind, refused.get(submission.request_id))
+        elif reason is not None and submission.task_id is not None:
+            cancel_tasks.setdefault(submission.task_id, reason)
+    for task_id, reason in cancel_tasks.items():
+        task = b.tasks_by_id().get(task_id)
+        if task is not None and not task.is_terminal and not task.cancel_requested:
+            decide.request_cancel(b, task_id, str(reason or "cancelled"))
+
+
+def _accept(
+    b: CommitBuilder,
+    submission: Submission,
+    cancelled: object,
+    root_kind: str,
+    refused: ErrorInfo | None,
+) -> None:
+    request_id = submission.request_id
+    if cancelled is not None:
+        b.update_submission(request_id, status=SubmissionStatus.CANCELLED)
+        return
+    try:
+        spec = _root_spec(submission, root_kind)
+    except BrainhandsError as error:
+        refused = error.info()
+    else:
+        if refused is None and spec.id in b.tasks_by_id():
+            refused = ErrorInfo(code="already_exists", message=f"task {spec.id} already exists")
+    if refused is not None:
+        b.update_submission(
+            request_id,
+            status=SubmissionStatus.FAILED,
+            error=ErrorInfo(
+                code=refused.code,
+                message=f"submission {request_id} cannot become a task: {refused.message}",
+            ),
+        )
+        return
+    root = b.create(spec, parent_id=None, owner_id=request_id)
+    b.update_submission(request_id, status=SubmissionStatus.PROCESSING, task_id=root.id)
+
+
+def _root_spec(submission: Submission, root_kind: str) -> TaskSpec:
+    given = read_input(submission.input)
+    task_id = root_task_id(submission.request_id)
+    if isinstance(given, TaskInput):
+        requested = given.task
+        return TaskSpec(
+            id=task_id, kind=requested.kind, version=requested.version, input=requested.input
+        )
+    text = given.text if isinstance(given, TextInput) else given
+    return TaskSpec(
+        id=task_id,
+        kind=root_kind,
+        input={"conversation_id": submission.conversation_id, "text": text},
+    )

@@ -1,0 +1,66 @@
+"""Reading what a client submits: ids and input checked, with the field named when wrong.
+
+A submission's input is either a message for the session's agent — a string or
+``{"text": "..."}`` — or a task to run directly, ``{"task": {"kind", "version",
+"input"}}`` (``contracts.SubmittedTask``). The kernel, not the client, chooses task ids
+and starting phases. The ingress refuses what it can check (``InvalidInput``, nothing
+stored); the kernel reads stored input with the same rules and fails the one submission
+it cannot turn into a task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
+
+from contracts import (
+    Identifier,
+    InvalidInput,
+    RequestId,
+    TaskInput,
+    TextInput,
+)
+
+_REQUEST_ID: TypeAdapter[str] = TypeAdapter(RequestId)
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_SHAPES = 'a string, {"text": "..."} or {"task": {"kind": ..., "version": ..., "input": ...}}'
+
+
+def check_ids(request_id: Any, conversation_id: Any) -> None:
+    """``InvalidInput`` naming the field when an id cannot be used."""
+    _check(_REQUEST_ID, request_id, "request_id", "1-128 of A-Z a-z 0-9 . _ : @ -")
+    _check(_IDENTIFIER, conversation_id, "conversation_id", "1-200 of A-Z a-z 0-9 . _ : @ -")
+
+
+def read_input(value: JsonValue) -> str | TextInput | TaskInput:
+    """The submitted input as one of the allowed shapes, or ``InvalidInput`` saying where
+    it is wrong."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict) or not ({"text", "task"} & value.keys()):
+        raise InvalidInput(f"input must be {_SHAPES}", field="input")
+    model: type[BaseModel] = TaskInput if "task" in value else TextInput
+    try:
+        read = model.model_validate(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in ("input", *first["loc"]))
+        raise InvalidInput(
+            f"{where}: {first['msg']} (input must be {_SHAPES})",
+            field=where,
+            problems=error.error_count(),
+        ) from None
+    assert isinstance(read, TextInput | TaskInput)
+    return read
+
+
+def _check(adapter: TypeAdapter[str], value: Any, field: str, allowed: str) -> None:
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
+        raise InvalidInput(
+            f"{field} {str(value)[:60]!r} is not allowed: use {allowed}, starting with a "
+            "letter or digit",
+            field=field,
+        ) from None

@@ -1,0 +1,39 @@
+"""What a runner gives its phases besides the session: store, tools, model, clock, identity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from brain.crashpoints import CrashPoints
+from brain.incarnation import this_process
+from brain.tools import ToolDispatcher
+from session_store import SessionStore
+
+if TYPE_CHECKING:
+    from brain.model.client import ModelClient
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything phases may use besides the session itself.
+
+    ``runner_id`` names this runner incarnation (an operation attempt's ``executor``, a
+    task's ``settled_by``, a claim's holder); ``process`` is the process it runs in
+    (``brain.incarnation``). ``inflight`` holds the operations whose calls this runner
+    is making right now. ``takeover_margin`` is added to another executor's attempt
+    deadline before a takeover treats that attempt's outcome as unknown: it covers clock
+    skew between hosts.
+    """
+
+    store: SessionStore
+    tools: ToolDispatcher
+    crash: CrashPoints
+    clock: Callable[[], datetime]
+    runner_id: str
+    model: ModelClient | None = None
+    process: str = field(default_factory=this_process)
+    inflight: set[str] = field(default_factory=set)
+    takeover_margin: timedelta = timedelta(seconds=2)

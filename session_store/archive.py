@@ -1,0 +1,243 @@
+"""The archive: settled history moved out of the state that every load reads.
+
+Writing a baseline moves into the archive what the session no longer needs in order to
+run: the entries gathered since the previous baseline (one segment blob, listed by a
+create-once segment record), and every settled task, settled submission and
+applied-operation mark that no open work refers to (one create-once item each, keyed by
+its id). Archived records are final, so writing one twice writes the same record; a
+crash part-way leaves records that are also still in the log and in the previous
+baseline, never a gap. The log itself is never shortened: like baselines, the archive
+is derived data that makes loads cheap.
+
+Reads go to the archive on demand: history (``entries``), a task or a submission by id,
+whether an operation was applied. The store consults it too before accepting a commit
+that creates a task or submission, or applies an operation, that the state no longer
+holds (``CommitLog``), so ids stay unique and results enter a session once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from pydantic import Field
+
+from contracts import BlobRef, CorruptRecord, Entry, Submission, Task
+from contracts.model import Frozen
+from session_store import layout
+from session_store.backend import Backend, ItemExists
+from session_store.blobs import BlobStore
+from session_store.codec import decode, encode
+from session_store.state import SessionState
+
+R = TypeVar("R", bound=Frozen)
+
+
+class SegmentBody(Frozen):
+    """The JSON body of a segment blob: consecutive entries of a session."""
+
+    v: Literal[1] = 1
+    type: Literal["entries"] = "entries"
+    entries: tuple[Entry, ...]
+
+
+class SegmentRecord(Frozen):
+    """Entries ``first`` .. ``first + count - 1`` of a session, kept in ``blob``."""
+
+    v: Literal[1] = 1
+    type: Literal["segment"] = "segment"
+    first: int = Field(ge=0)
+    count: int = Field(ge=1)
+    blob: BlobRef
+
+
+class ArchivedTask(Frozen):
+    v: Literal[1] = 1
+    type: Literal["archived_task"] = "archived_task"
+    task: Task
+
+
+class ArchivedSubmission(Frozen):
+    v: Literal[1] = 1
+    type: Literal["archived_submission"] = "archived_submission"
+    submission: Submission
+
+
+class AppliedMark(Frozen):
+    v: Literal[1] = 1
+    type: Literal["applied"] = "applied"
+    operation_id: str
+
+
+@dataclass
+class Settled:
+    """What one baseline moved into the archive."""
+
+    entries_archived: int = 0
+    tasks: list[str] = field(default_factory=list)
+    submissions: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+
+
+def settled_tasks(state: SessionState) -> list[Task]:
+    """Terminal tasks that no open task refers to: not a child of an open task (whose
+    handlers read their children) and not awaited by one."""
+    open_tasks = [task for task in state.tasks.values() if not task.is_terminal]
+    open_ids = {task.id for task in open_tasks}
+    awaited = {t for task in open_tasks if task.wait is not None for t in task.wait.tasks}
+    return [
+        task
+        for task in state.tasks.values()
+        if task.is_terminal and task.parent_id not in open_ids and task.id not in awaited
+    ]
+
+
+class Archive:
+    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
+        self._backend = backend
+        self._blobs = blobs
+
+    async def settle(self, snapshot: SessionState) -> Settled:
+        """Move settled history out of ``snapshot`` (a private copy) into the archive."""
+        sid = snapshot.session_id
+        await self._archive_entries(snapshot)
+        tasks = settled_tasks(snapshot)
+        submissions = [s for s in snapshot.submissions.values() if s.status.is_final]
+        applied = sorted(snapshot.applied_operations)
+        writes = [
+            *(
+                self._keep(layout.archived_tasks_partition(sid), t.id, ArchivedTask(task=t))
+                for t in tasks
+            ),
+            *(
+                self._keep(
+                    layout.archived_submissions_partition(sid),
+                    s.request_id,
+                    ArchivedSubmission(submission=s),
+                )
+                for s in submissions
+            ),
+            *(
+                self._keep(layout.applied_partition(sid), op, AppliedMark(operation_id=op))
+                for op in applied
+            ),
+        ]
+        await asyncio.gather(*writes)
+        settled = Settled(
+            entries_archived=snapshot.entries_archived,
+            tasks=[t.id for t in tasks],
+            submissions=[s.request_id for s in submissions],
+            applied=applied,
+        )
+        forget(snapshot, settled)
+        return settled
+
+    async def task(self, session_id: str, task_id: str) -> Task | None:
+        found = await self._read(layout.archived_tasks_partition(session_id), task_id, ArchivedTask)
+        return None if found is None else found.task
+
+    async def submission(self, session_id: str, request_id: str) -> Submission | None:
+        partition = layout.archived_submissions_partition(session_id)
+        found = await self._read(partition, request_id, ArchivedSubmission)
+        return None if found is None else found.submission
+
+    async def applied(self, session_id: str, operation_id: str) -> bool:
+        partition = layout.applied_partition(session_id)
+        return await self._read(partition, operation_id, AppliedMark) is not None
+
+    async def entries(
+        self, session_id: str, start: int, stop: int, *, archived: int
+    ) -> list[Entry]:
+        """Entries ``start`` .. ``stop - 1`` of the first ``archived`` (those a state's
+        baselines moved here; ``stop <= archived``)."""
+        found: list[Entry] = []
+        covered = 0
+        for segment in await self._segments(session_id):
+            end = segment.first + segment.count
+            if covered >= stop or segment.first != covered or end > archived:
+                break  # done, or beyond what this state archived (a crashed writer's)
+            covered = end
+            if end > start:
+                data = await self._blobs.get(segment.blob)
+                body = decode(data, SegmentBody, where=f"blob {segment.blob.digest}")
+                found.extend(body.entries[max(0, start - segment.first) : stop - segment.first])
+        if covered < stop:
+            raise CorruptRecord(
+                f"session {session_id}: archived entries {covered}..{stop - 1} have no "
+                f"segment in {layout.segment_partition(session_id)}",
+                session_id=session_id,
+            )
+        return found
+
+    async def _segments(self, session_id: str) -> list[SegmentRecord]:
+        partition = layout.segment_partition(session_id)
+        return [
+            decode(data, SegmentRecord, where=f"{partition}/{item}")
+            for item, data in await self._backend.items(partition)
+        ]
+
+    async def _archive_entries(self, snapshot: SessionState) -> None:
+        """Archive the entry tail as segments, reusing segments an earlier (possibly
+        crashed) baseline writer already created for the same range."""
+        partition = layout.segment_partition(snapshot.session_id)
+        first, tail = snapshot.entries_archived, snapshot.entries_tail
+        while tail:
+            item = layout.seq_item(first)
+            existing = await self._backend.get(partition, item)
+            if existing is None:
+                segment = await self._new_segment(partition, item, first, tail)
+                if segment is None:
+                    continue  # lost a race for this range: use the winner's segment
+            else:
+                segment = decode(existing, SegmentRecord, where=f"{partition}/{item}")
+            if segment.count > len(tail):
+                break  # a writer that had seen more archived it: keep ours live
+            first, tail = first + segment.count, tail[segment.count :]
+        snapshot.entries_archived, snapshot.entries_tail = first, list(tail)
+
+    async def _new_segment(
+        self, partition: str, item: str, first: int, tail: list[Entry]
+    ) -> SegmentRecord | None:
+        blob = await self._blobs.put(encode(SegmentBody(entries=tuple(tail))), "application/json")
+        segment = SegmentRecord(first=first, count=len(tail), blob=blob)
+        try:
+            await self._backend.create(partition, item, encode(segment))
+        except ItemExists:
+            winner = await self._backend.get(partition, item)
+            if winner is None or decode(winner, SegmentRecord, where=item).blob != blob:
+                # Only a segment of exactly these entries could share this blob, and the
+                # winner's differs: nothing refers to ours.
+                await self._blobs.delete(blob)
+            return None
+        return segment
+
+    async def _keep(self, partition: str, item: str, record: Frozen) -> None:
+        with contextlib.suppress(ItemExists):  # archived before: the same final record
+            await self._backend.create(partition, item, encode(record))
+
+    async def _read(self, partition: str, item: str, model: type[R]) -> R | None:
+        data = await self._backend.get(partition, item)
+        return None if data is None else decode(data, model, where=f"{partition}/{item}")
+
+
+def forget(state: SessionState, settled: Settled) -> None:
+    """Drop what ``settled`` moved to the archive from ``state``'s memory.
+
+    Archived tasks and submissions are final, so nothing newer can have replaced them.
+    """
+    archived = settled.entries_archived - state.entries_archived
+    if archived > 0:
+        state.entries_tail = state.entries_tail[archived:]
+        state.entries_archived = settled.entries_archived
+    for task_id in settled.tasks:
+        if state.tasks.pop(task_id, None) is not None:
+            state.archived_tasks += 1
+    for request_id in settled.submissions:
+        if state.submissions.pop(request_id, None) is not None:
+            state.archived_submissions += 1
+    for operation_id in settled.applied:
+        if operation_id in state.applied_operations:
+            state.applied_operations.discard(operation_id)
+            state.archived_applied += 1

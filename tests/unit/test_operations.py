@@ -1,0 +1,178 @@
+"""Operations belong to their session and task, keep their frozen arguments, leave a trace
+when cancelled mid-call, and park with a typed record (issue 6, defects 3, 9 and 12)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brain.agent import agent_kinds
+from brain.context import PhaseContext
+from brain.outcome import Done, Retry
+from brain.registry import Registry
+from brain.tools import ToolSpec
+from contracts import (
+    BrainhandsError,
+    Entry,
+    EntryKind,
+    Operation,
+    OperationResult,
+    OperationStatus,
+    Outcome,
+    OutcomeUnknown,
+    ReplayPolicy,
+    TaskStatus,
+)
+from tests.support.kernel import Kernel, kernel, kind
+
+ECHO = ToolSpec(name="echo", replay=ReplayPolicy.SAFE)
+
+
+async def echo(args: dict[str, Any], operation_id: str) -> Any:
+    return {"echo": args.get("text"), "operation_id": operation_id}
+
+
+def with_agent_kinds(registry: Registry | None = None) -> Registry:
+    registry = registry or Registry()
+    for agent_kind in agent_kinds():
+        registry.add(agent_kind)
+    return registry
+
+
+def tool_call(operation_id: str | None = None) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "tool": "echo",
+        "arguments": json.dumps({"text": "mine"}),
+        "call_id": "c1",
+        "conversation_id": "main",
+    }
+    if operation_id is not None:
+        given["operation_id"] = operation_id
+    return given
+
+
+async def tool_result_entry(k: Kernel, session_id: str) -> Entry:
+    handle = await k.store.session(session_id)
+    (found,) = [e for e in await handle.entries() if e.kind is EntryKind.TOOL_RESULT]
+    return found
+
+
+async def test_a_task_never_receives_another_sessions_operation_result(tmp_path: Path) -> None:
+    async with kernel(tmp_path, with_agent_kinds()) as k:
+        k.tools.register(ECHO, echo)
+        await k.submit_task("tool-call", tool_call("a:root.r1"), session_id="a")
+        await k.run("a")
+        theirs = (await tool_result_entry(k, "a")).operation_id
+        assert theirs is not None and await k.store.get_operation_result(theirs) is not None
+
+        # Session b names a's operation id in a client-submitted tool call.
+        await k.submit_task("tool-call", tool_call(theirs), session_id="b")
+        await k.run("b")
+        mine = await k.task("root.r1", "b")
+        entry = await tool_result_entry(k, "b")
+        assert mine.outcome is Outcome.SUCCEEDED
+        assert mine.result["path"] == "executed", "another session's result was reused"  # type: ignore[index]
+        assert entry.operation_id != theirs
+        assert entry.content["output"]["operation_id"] == entry.operation_id  # type: ignore[index]
+
+
+async def test_a_result_is_refused_for_an_operation_of_another_session(tmp_path: Path) -> None:
+    async with kernel(tmp_path) as k:
+        await k.store.create_operation(
+            Operation(operation_id="op-a", session_id="a", task_id="t", tool="echo")
+        )
+        with pytest.raises(BrainhandsError) as refused:
+            await k.store.put_operation_result(
+                OperationResult(operation_id="op-a", session_id="b", succeeded=True, output=1)
+            )
+        assert refused.value.code == "operation_mismatch"
+        assert "session" in refused.value.message
+        assert await k.store.get_operation_result("op-a") is None
+
+
+async def test_reuse_requires_the_same_frozen_arguments(tmp_path: Path) -> None:
+    # A phase that computes different arguments on its second attempt must not be handed
+    # the result of the first attempt's call as if it answered the second.
+    async def pay(ctx: PhaseContext) -> Done | Retry:
+        amount = 10 * ctx.attempt
+        await ctx.operation("echo", {"text": f"pay {amount}"}, "payment")
+        if ctx.attempt == 1:
+            return Retry(reason="the phase failed after its call")
+        return Done(result=amount)
+
+    registry = Registry()
+    registry.add(kind("pay", {"start": pay}))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ECHO, echo)
+        await k.submit_task("pay")
+        await k.run()
+        task = await k.task("root.r1")
+        assert task.outcome is Outcome.FAILED and task.error is not None
+        assert task.error.code == "operation_mismatch"
+        assert "arguments" in task.error.message
+
+
+async def test_cancelling_during_a_call_records_the_operation_and_names_it(tmp_path: Path) -> None:
+    inside = asyncio.Event()
+
+    async def slow_send(args: dict[str, Any], operation_id: str) -> Any:
+        inside.set()
+        await asyncio.sleep(3600)
+
+    async def start(ctx: PhaseContext) -> Done:
+        await ctx.operation("send", {"to": "x@example.com"}, "mail")
+        return Done(result="sent")
+
+    registry = Registry()
+    registry.add(kind("mail", {"start": start}))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ToolSpec(name="send"), slow_send)
+        await k.submit_task("mail")
+        drive = asyncio.create_task(k.run())
+        await asyncio.wait_for(inside.wait(), 10)
+        await k.client.cancel("s1", task_id="root.r1", reason="operator")
+        await asyncio.wait_for(drive, 10)
+        task = await k.task("root.r1")
+        (operation,) = await k.store.list_operations("s1")
+        assert task.outcome is Outcome.CANCELLED
+        assert operation.status is OperationStatus.UNCERTAIN and operation.task_id == "root.r1"
+        assert operation.reason is not None and "cancel" in operation.reason
+        assert task.reason is not None and operation.operation_id in task.reason
+
+
+async def test_a_parked_task_says_so_in_a_typed_field(tmp_path: Path) -> None:
+    async def lost(args: dict[str, Any], operation_id: str) -> Any:
+        raise OutcomeUnknown("the reply was lost", operation_id=operation_id)
+
+    async def start(ctx: PhaseContext) -> Done:
+        resolution = await ctx.operation("charge", {"cents": 500}, "charge")
+        return Done(result=resolution.output)
+
+    registry = Registry()
+    registry.add(kind("charge", {"start": start}))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ToolSpec(name="charge"), lost)
+        await k.submit_task("charge")
+        report = await k.run()
+        task = await k.task("root.r1")
+        assert task.status is TaskStatus.WAITING and task.parked is not None
+        assert report.parked == {"root.r1": task.parked.reason}
+        operation = await k.store.get_operation(task.parked.operation_id)
+        assert operation is not None and operation.status is OperationStatus.UNCERTAIN
+
+
+async def test_an_applied_operation_is_known_as_applied(tmp_path: Path) -> None:
+    async with kernel(tmp_path, with_agent_kinds()) as k:
+        k.tools.register(ECHO, echo)
+        await k.submit_task("tool-call", tool_call())
+        await k.run()
+        operation_id = (await k.task("root.r1")).result["operation_id"]  # type: ignore[index]
+        handle = await k.store.session("s1")
+        assert await handle.is_applied(operation_id)
+        assert "applied" not in {status.value for status in OperationStatus}, (
+            "applied is a fact of the session's log, not a status the record never reaches"
+        )
