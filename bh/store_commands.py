@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from contracts import BrainhandsError
-from session_store import SessionStore, open_store
+from contracts import BrainhandsError, Operation
+from session_store import SessionHandle, SessionState, SessionStore, open_store
 
 app = typer.Typer(help="Create and inspect Session Stores.", no_args_is_help=True)
 console = Console()
@@ -50,38 +50,74 @@ def active(url: StoreUrl) -> None:
 
 @app.command()
 def inspect(url: StoreUrl, session_id: str) -> None:
-    """Show a session's head, tasks, submissions and pending outbox (read-only)."""
+    """Show a session's head, open tasks, submissions, operations and anything a load had
+    to skip (read-only)."""
 
     async def run(store: SessionStore) -> None:
         handle = await store.session(session_id)
-        state = handle.state
-        console.print(
-            f"session [bold]{session_id}[/]: seq {state.seq}, fence {state.fence}, "
-            f"{state.entry_count} entries, {'active' if state.is_active else 'finished'}"
-        )
-        tasks = Table(title="tasks")
-        for column in ("task", "kind", "status", "phase", "attempts", "outcome", "reason"):
-            tasks.add_column(column, overflow="fold")
-        for task in state.tasks.values():
-            outcome = task.outcome.value if task.outcome else ""
-            tasks.add_row(
-                task.id,
-                f"{task.kind}@{task.version}",
-                task.status.value,
-                task.phase,
-                str(task.attempts),
-                outcome,
-                task.reason or (task.error.message if task.error else ""),
-            )
-        console.print(tasks)
-        subs = Table("request", "status", "task", title="submissions")
-        for sub in state.submissions.values():
+        _head(handle)
+        console.print(_tasks(handle.state))
+        subs = Table("request", "status", "task", title="open and recent submissions")
+        for sub in handle.state.submissions.values():
             subs.add_row(sub.request_id, sub.status.value, sub.task_id or "")
         console.print(subs)
-        if state.outbox:
-            console.print(f"pending outbox: {', '.join(sorted(state.outbox))}")
+        console.print(_operations(await store.list_operations(session_id)))
+        if handle.state.outbox:
+            console.print(f"pending outbox: {', '.join(sorted(handle.state.outbox))}")
 
     _run(_read_only(url, run))
+
+
+def _head(handle: SessionHandle) -> None:
+    state = handle.state
+    console.print(
+        f"session [bold]{state.session_id}[/]: seq {state.seq}, fence {state.fence} "
+        f"(holder {state.holder or 'unnamed'}), {state.entry_count} entries, "
+        f"{'active' if state.is_active else 'finished'}"
+    )
+    console.print(
+        f"archived: {state.entries_archived} entries, {state.archived_tasks} tasks, "
+        f"{state.archived_submissions} submissions, {state.archived_applied} applied marks"
+    )
+    for problem in handle.problems:
+        console.print(f"[yellow]skipped while loading[/]: {problem}")
+
+
+def _tasks(state: SessionState) -> Table:
+    tasks = Table(title="open and recent tasks")
+    for column in ("task", "kind", "status", "phase", "attempts", "crashes", "outcome", "reason"):
+        tasks.add_column(column, overflow="fold")
+    for task in state.tasks.values():
+        status = f"{task.status.value} (parked)" if task.parked else task.status.value
+        tasks.add_row(
+            task.id,
+            f"{task.kind}@{task.version}",
+            status,
+            task.phase,
+            str(task.attempts),
+            str(task.crashes),
+            task.outcome.value if task.outcome else "",
+            task.reason or (task.error.message if task.error else ""),
+        )
+    return tasks
+
+
+def _operations(operations: list[Operation]) -> Table:
+    table = Table(title="operations")
+    for column in ("operation", "task", "tool", "status", "attempts", "executor", "reason"):
+        table.add_column(column, overflow="fold")
+    for operation in operations:
+        decided = f" — decided by {operation.decided_by}: {operation.decision}"
+        table.add_row(
+            operation.operation_id,
+            operation.task_id or "",
+            operation.tool,
+            operation.status.value,
+            str(operation.attempts),
+            operation.executor or "",
+            (operation.reason or "") + (decided if operation.decided_by else ""),
+        )
+    return table
 
 
 async def _read_only(url: str, body: Callable[[SessionStore], Awaitable[None]]) -> None:

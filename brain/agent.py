@@ -47,7 +47,6 @@ from contracts import (
 AGENT = "agent"
 TOOL_CALL = "tool-call"
 CONFIG_DOCUMENT = "agent.config"
-INLINE_OUTPUT_BYTES = 16 * 1024
 PREVIEW_BYTES = 2 * 1024
 DEFAULT_PROMPT = (
     "You are a careful assistant acting for an operator. Use the tools to act, "
@@ -194,7 +193,7 @@ async def _execute(ctx: PhaseContext) -> PhaseOutcome:
         # It definitely did not happen: tell the model. Anything else (outcome unknown,
         # parked, retryable) is the kernel's to handle.
         return _answer_error(ctx, error.code, error.message, applied=True)
-    output, blob = await _keep_small(ctx, performed.output)
+    output, blob = _keep_small(performed.output, performed.blob)
     entry = _tool_result(ctx, ok=True, output=output, blob=blob)
     return Done(
         result=_reference(entry, performed.path),
@@ -212,12 +211,12 @@ def _reference(entry: Entry, path: str) -> dict[str, JsonValue]:
     }
 
 
-async def _keep_small(ctx: PhaseContext, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
-    """Large tool output goes to a blob; the entry keeps a preview and the reference."""
-    data = json.dumps(output).encode()
-    if len(data) <= INLINE_OUTPUT_BYTES:
+def _keep_small(output: JsonValue, blob: BlobRef | None) -> tuple[JsonValue, BlobRef | None]:
+    """A large output stays in the blob its operation result keeps; the entry holds a
+    preview and the reference."""
+    if blob is None:
         return output, None
-    blob = await ctx.services.store.put_blob(data, "application/json")
+    data = json.dumps(output).encode()
     preview = data[:PREVIEW_BYTES].decode(errors="ignore")
     return {"preview": preview, "truncated": True, "bytes": len(data), "blob": blob.digest}, blob
 

@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 RecoveryPath = Literal["executed", "verified", "replayed", "reused"]
 
 #: Outputs larger than this are stored as a blob referenced by the result record.
-INLINE_RESULT_BYTES = 64 * 1024
+INLINE_RESULT_BYTES = 16 * 1024
 
 
 def operation_id(session_id: str, task_id: str, key: str) -> str:
@@ -77,11 +77,13 @@ def operation_id(session_id: str, task_id: str, key: str) -> str:
 
 
 class Performed(Frozen):
-    """An operation's output and how this phase obtained it."""
+    """An operation's output and how this phase obtained it. A large output is also kept
+    in ``blob`` (referenced by the operation's result record): refer to it, don't copy."""
 
     operation_id: str
     path: RecoveryPath
     output: JsonValue = None
+    blob: BlobRef | None = None
 
 
 class OperationParked(BrainhandsError):
@@ -281,8 +283,8 @@ class Operations:
         finally:
             services.inflight.discard(op_id)
         services.crash.reached(f"call:after:{spec.name}")
-        await self._finish(record, output, None)
-        return Performed(operation_id=op_id, path=path, output=output)
+        blob = await self._finish(record, output, None)
+        return Performed(operation_id=op_id, path=path, output=output, blob=blob)
 
     async def _query(self, record: Operation, spec: ToolSpec) -> Performed | None:
         services, op_id = self._services, record.operation_id
@@ -292,11 +294,14 @@ class Operations:
         services.crash.reached(f"call:after:query:{spec.name}")
         if not answer.found:
             return None
-        await self._finish(record, answer.output, None)
-        return Performed(operation_id=op_id, path="verified", output=answer.output)
+        blob = await self._finish(record, answer.output, None)
+        return Performed(operation_id=op_id, path="verified", output=answer.output, blob=blob)
 
-    async def _finish(self, record: Operation, output: JsonValue, error: ErrorInfo | None) -> None:
-        """Write the result once (the truth), then close the record (a convenience)."""
+    async def _finish(
+        self, record: Operation, output: JsonValue, error: ErrorInfo | None
+    ) -> BlobRef | None:
+        """Write the result once (the truth), then close the record (a convenience);
+        returns the blob a large output was stored in."""
         store = self._services.store
         inline, blob = await self._stored_output(output)
         await store.put_operation_result(
@@ -314,6 +319,7 @@ class Operations:
             await store.transition_operation(record, status)
         except BrainhandsError as problem:  # the result above is what counts
             log.warning("operation %s: result stored, record not closed: %s", record, problem)
+        return blob
 
     async def _stored_output(self, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
         data = json.dumps(output).encode()
@@ -328,7 +334,9 @@ class Operations:
         output = result.output
         if result.blob is not None:
             output = json.loads(await self._services.store.get_blob(result.blob))
-        return Performed(operation_id=result.operation_id, path="reused", output=output)
+        return Performed(
+            operation_id=result.operation_id, path="reused", output=output, blob=result.blob
+        )
 
     async def _park(self, record: Operation, reason: str) -> str:
         """Make the operation's unknown outcome visible where operators look for it."""

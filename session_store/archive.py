@@ -10,36 +10,56 @@ baseline, never a gap. The log itself is never shortened: like baselines, the ar
 is derived data that makes loads cheap.
 
 Reads go to the archive on demand: history (``entries``), a task or a submission by id,
-whether an operation was applied. The store consults it too before accepting a commit
-that creates a task or submission, or applies an operation, that the state no longer
-holds (``CommitLog``), so ids stay unique and results enter a session once.
+whether an operation was applied. A segment blob that cannot be read (damaged, or
+collected by a racing sweep, ``session_store.uploads``) is not a loss: its entries are
+read from the log instead, and the blob is written again. The store consults the archive
+too before accepting a commit that creates a task or submission, or applies an
+operation, that the state no longer holds (``CommitLog``), so ids stay unique and
+results enter a session once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from pydantic import Field
 
-from contracts import BlobRef, CorruptRecord, Entry, Submission, Task
+from contracts import (
+    BlobRef,
+    CommitRecord,
+    CorruptRecord,
+    Entry,
+    NotFound,
+    ReadOnlyStore,
+    RecordError,
+    Submission,
+    Task,
+)
 from contracts.model import Frozen
 from session_store import layout
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
 from session_store.codec import decode, encode
 from session_store.state import SessionState
+from session_store.uploads import Uploads
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Frozen)
 
 
 class SegmentBody(Frozen):
-    """The JSON body of a segment blob: consecutive entries of a session."""
+    """The JSON body of a segment blob: entries ``first`` … of one session (naming both
+    makes the blob's digest unique to that session and range)."""
 
     v: Literal[1] = 1
     type: Literal["entries"] = "entries"
+    session_id: str
+    first: int
     entries: tuple[Entry, ...]
 
 
@@ -95,9 +115,10 @@ def settled_tasks(state: SessionState) -> list[Task]:
 
 
 class Archive:
-    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
+    def __init__(self, backend: Backend, blobs: BlobStore, uploads: Uploads) -> None:
         self._backend = backend
         self._blobs = blobs
+        self._uploads = uploads
 
     async def settle(self, snapshot: SessionState) -> Settled:
         """Move settled history out of ``snapshot`` (a private copy) into the archive."""
@@ -160,9 +181,8 @@ class Archive:
                 break  # done, or beyond what this state archived (a crashed writer's)
             covered = end
             if end > start:
-                data = await self._blobs.get(segment.blob)
-                body = decode(data, SegmentBody, where=f"blob {segment.blob.digest}")
-                found.extend(body.entries[max(0, start - segment.first) : stop - segment.first])
+                entries = await self._segment_entries(session_id, segment)
+                found.extend(entries[max(0, start - segment.first) : stop - segment.first])
         if covered < stop:
             raise CorruptRecord(
                 f"session {session_id}: archived entries {covered}..{stop - 1} have no "
@@ -170,6 +190,49 @@ class Archive:
                 session_id=session_id,
             )
         return found
+
+    async def digests(self, session_id: str) -> set[str]:
+        """The blobs the session's segment records refer to."""
+        return {segment.blob.digest for segment in await self._segments(session_id)}
+
+    async def _segment_entries(self, session_id: str, segment: SegmentRecord) -> tuple[Entry, ...]:
+        try:
+            data = await self._blobs.get(segment.blob)
+            return decode(data, SegmentBody, where=f"blob {segment.blob.digest}").entries
+        except (NotFound, RecordError) as error:
+            log.warning(
+                "session %s: segment %d+%d unreadable (%s); reading its entries from the log",
+                session_id,
+                segment.first,
+                segment.count,
+                error.message,
+            )
+        entries = await self._from_log(session_id, segment.first, segment.first + segment.count)
+        body = SegmentBody(session_id=session_id, first=segment.first, entries=entries)
+        with contextlib.suppress(ReadOnlyStore):  # the same entries give the same blob
+            await self._blobs.put(encode(body), "application/json")
+        return entries
+
+    async def _from_log(self, session_id: str, start: int, stop: int) -> tuple[Entry, ...]:
+        """Entries ``start`` .. ``stop - 1`` as the log recorded them (the slow way)."""
+        partition = layout.log_partition(session_id)
+        found: list[Entry] = []
+        seen, after = 0, None
+        while seen < stop:
+            page = await self._backend.items(partition, after=after, limit=256)
+            if not page:
+                break
+            for item, data in page:
+                entries = decode(data, CommitRecord, where=f"{partition}/{item}").commit.entries
+                found.extend(entries[max(0, start - seen) : max(0, stop - seen)])
+                seen += len(entries)
+            after = page[-1][0]
+        if len(found) != stop - start:
+            raise CorruptRecord(
+                f"session {session_id}: the log holds {seen} entries, not {stop}",
+                session_id=session_id,
+            )
+        return tuple(found)
 
     async def _segments(self, session_id: str) -> list[SegmentRecord]:
         partition = layout.segment_partition(session_id)
@@ -187,7 +250,7 @@ class Archive:
             item = layout.seq_item(first)
             existing = await self._backend.get(partition, item)
             if existing is None:
-                segment = await self._new_segment(partition, item, first, tail)
+                segment = await self._new_segment(snapshot, item, first, tail)
                 if segment is None:
                     continue  # lost a race for this range: use the winner's segment
             else:
@@ -198,19 +261,24 @@ class Archive:
         snapshot.entries_archived, snapshot.entries_tail = first, list(tail)
 
     async def _new_segment(
-        self, partition: str, item: str, first: int, tail: list[Entry]
+        self, snapshot: SessionState, item: str, first: int, tail: list[Entry]
     ) -> SegmentRecord | None:
-        blob = await self._blobs.put(encode(SegmentBody(entries=tuple(tail))), "application/json")
+        sid = snapshot.session_id
+        partition = layout.segment_partition(sid)
+        body = SegmentBody(session_id=sid, first=first, entries=tuple(tail))
+        blob = await self._uploads.put(sid, snapshot.seq, encode(body))
         segment = SegmentRecord(first=first, count=len(tail), blob=blob)
         try:
             await self._backend.create(partition, item, encode(segment))
         except ItemExists:
             winner = await self._backend.get(partition, item)
             if winner is None or decode(winner, SegmentRecord, where=item).blob != blob:
-                # Only a segment of exactly these entries could share this blob, and the
-                # winner's differs: nothing refers to ours.
+                # Only a segment of exactly these entries of this session could share
+                # this blob, and the winner's differs: nothing refers to ours.
                 await self._blobs.delete(blob)
+            await self._uploads.done(sid, blob)
             return None
+        await self._uploads.done(sid, blob)
         return segment
 
     async def _keep(self, partition: str, item: str, record: Frozen) -> None:

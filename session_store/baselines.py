@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from contracts import BaselineRecord, NotFound, RecordError
+from contracts import BaselineRecord, BlobRef, NotFound, RecordError
 from session_store import layout
 from session_store.archive import Archive, Settled
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
 from session_store.codec import decode, encode
 from session_store.state import SessionState
+from session_store.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -37,25 +38,36 @@ class Loaded:
 
 
 class Baselines:
-    def __init__(self, backend: Backend, blobs: BlobStore, archive: Archive, *, kept: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        blobs: BlobStore,
+        archive: Archive,
+        uploads: Uploads,
+        *,
+        kept: int,
+    ) -> None:
         self._backend = backend
         self._blobs = blobs
         self._archive = archive
+        self._uploads = uploads
         self._kept = kept
 
     async def write(self, snapshot: SessionState) -> Settled:
         """Archive settled history out of ``snapshot`` (a private copy), then persist it
         as the baseline at its seq; returns what was archived."""
         settled = await self._archive.settle(snapshot)
-        state_ref = await self._blobs.put(encode(snapshot), "application/json")
-        record = BaselineRecord(session_id=snapshot.session_id, seq=snapshot.seq, state=state_ref)
-        partition = layout.baseline_partition(snapshot.session_id)
+        sid = snapshot.session_id
+        state_ref = await self._uploads.put(sid, snapshot.seq, encode(snapshot))
+        record = BaselineRecord(session_id=sid, seq=snapshot.seq, state=state_ref)
+        partition = layout.baseline_partition(sid)
         item, data = layout.seq_item(snapshot.seq), encode(record)
         try:
             await self._backend.create(partition, item, data)
         except ItemExists:
             await self._supersede(partition, item, data)
-        await self._prune(partition)
+        await self._uploads.done(sid, state_ref)
+        await self._prune(sid)
         return settled
 
     async def latest(self, session_id: str) -> Loaded:
@@ -99,17 +111,29 @@ class Baselines:
             log.warning("replacing the damaged baseline %s/%s", partition, item)
             await self._backend.put(partition, item, data)
 
-    async def _prune(self, partition: str) -> None:
+    async def _prune(self, session_id: str) -> None:
         # Keep a few for readers that listed them a moment ago; a reader that still loses
         # the race finds the blob gone and falls back like after any unreadable baseline.
+        partition = layout.baseline_partition(session_id)
         items = await self._backend.keys(partition)
         for item in items[: -self._kept]:
-            data = await self._backend.get(partition, item)
-            if data is not None:
-                try:
-                    record = decode(data, BaselineRecord, where=f"{partition}/{item}")
-                except RecordError:
-                    pass  # nothing readable to follow
-                else:
-                    await self._blobs.delete(record.state)  # blob first: no orphan on a crash
+            state = await self._state_ref(partition, item)
+            if state is not None:
+                await self._blobs.delete(state)  # the blob first: no orphan on a crash
             await self._backend.delete(partition, item)
+        retained = items[-self._kept :]
+
+        async def referenced() -> set[str]:
+            states = [await self._state_ref(partition, item) for item in retained]
+            segments = await self._archive.digests(session_id)
+            return segments | {state.digest for state in states if state is not None}
+
+        if retained:
+            await self._uploads.sweep(session_id, below=int(retained[-1]), referenced=referenced)
+
+    async def _state_ref(self, partition: str, item: str) -> BlobRef | None:
+        data = await self._backend.get(partition, item)
+        try:
+            return None if data is None else decode(data, BaselineRecord, where=item).state
+        except RecordError:
+            return None  # nothing readable to follow

@@ -21,6 +21,15 @@ class BlobStore:
         self._max_blob_bytes = max_blob_bytes
         self._read_only = read_only
 
+    def ref_of(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
+        """The reference ``put`` would return for ``data``, without writing anything."""
+        return BlobRef(
+            digest=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            media_type=media_type,
+            chunk_bytes=self._chunk_bytes,
+        )
+
     async def put(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
         if self._read_only:
             raise ReadOnlyStore("this store was opened read-only; blobs cannot be written")
@@ -33,12 +42,7 @@ class BlobStore:
             )
         step = self._chunk_bytes
         chunks = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
-        ref = BlobRef(
-            digest=hashlib.sha256(data).hexdigest(),
-            size=len(data),
-            media_type=media_type,
-            chunk_bytes=step,
-        )
+        ref = self.ref_of(data, media_type)
         await asyncio.gather(*(self._create_chunk(ref, n, chunk) for n, chunk in enumerate(chunks)))
         return ref
 

@@ -9,6 +9,7 @@ partition                               item                        value
 ``session/<sid>/tasks``                 task id                     ArchivedTask (JSON)
 ``session/<sid>/submissions``           request id                  ArchivedSubmission
 ``session/<sid>/applied``               operation id                AppliedMark (JSON)
+``session/<sid>/uploads``               blob digest                 Upload (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
@@ -63,6 +64,10 @@ def archived_submissions_partition(session_id: str) -> str:
 
 def applied_partition(session_id: str) -> str:
     return f"session/{session_id}/applied"
+
+
+def uploads_partition(session_id: str) -> str:
+    return f"session/{session_id}/uploads"
 
 
 def session_operations_partition(session_id: str) -> str:

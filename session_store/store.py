@@ -19,6 +19,7 @@ from session_store.index import ActiveIndex
 from session_store.log import CommitLog
 from session_store.operations import OperationLog
 from session_store.settings import StoreSettings
+from session_store.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,10 @@ class SessionStore:
             backend, max_record_bytes=self.settings.max_record_bytes, read_only=read_only
         )
         self.index = ActiveIndex(backend)
-        self._archive = Archive(backend, self.blobs)
+        uploads = Uploads(backend, self.blobs)
+        self._archive = Archive(backend, self.blobs, uploads)
         self._baselines = Baselines(
-            backend, self.blobs, self._archive, kept=self.settings.baselines_kept
+            backend, self.blobs, self._archive, uploads, kept=self.settings.baselines_kept
         )
         self._log = CommitLog(backend, self._baselines, self._archive, self.index, self.settings)
         self._background: set[asyncio.Task[None]] = set()

@@ -18,7 +18,9 @@ from brain.outcome import Done, Effects
 from brain.registry import Registry
 from brain.tools import ToolSpec
 from contracts import Entry, EntryKind, Outcome, ReplayPolicy, SubmissionStatus
-from session_store import SessionStore
+from session_store import SessionStore, layout
+from session_store.codec import encode
+from session_store.uploads import Upload
 from tests.support.backends import Counting
 from tests.support.kernel import Kernel, kernel, kind
 
@@ -112,3 +114,23 @@ async def test_settled_work_is_archived_yet_readable_and_idempotent(tmp_path: Pa
         results = [e for e in await handle.entries() if e.kind is EntryKind.TOOL_RESULT]
         assert len(results) == 30
         assert json.dumps(results[0].content).count("x") == OUTPUT_BYTES
+
+
+async def test_a_dead_baseline_writers_upload_is_collected(tmp_path: Path) -> None:
+    # What a baseline writer leaves when it dies between uploading a state blob and
+    # creating the baseline record: the journal item and the blob, nothing refers to it.
+    async with kernel(tmp_path, registry(), baseline_every=EVERY, baselines_kept=2) as k:
+        k.tools.register(ToolSpec(name="report", replay=ReplayPolicy.SAFE), report)
+        await grow(k, 0, 3)
+        handle = await k.store.session("s1")
+        orphan = await k.store.put_blob(b'{"v":1,"type":"state","half":"written"}')
+        await k.store.backend.create(
+            layout.uploads_partition("s1"),
+            orphan.digest,
+            encode(Upload(seq=handle.seq, blob=orphan)),
+        )
+        await grow(k, 3, 20)  # more than two baselines later
+        _, blobs, reachable = storage(tmp_path / "kernel.db")
+        assert orphan.digest not in blobs, "the orphaned upload was not collected"
+        assert blobs <= reachable
+        assert await k.store.backend.keys(layout.uploads_partition("s1")) == []

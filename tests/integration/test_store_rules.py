@@ -5,6 +5,8 @@ return, what unfenced writers may write, decisions that move operations out of
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contracts import (
@@ -177,3 +179,21 @@ async def test_a_corrupt_commit_record_still_fails_loudly(location: StoreLocatio
     with pytest.raises(CorruptRecord) as raised:
         await (await location.open(baseline_every=1000)).session("s1")
     assert f"session/s1/log/{layout.seq_item(2)}" in raised.value.message
+
+
+async def test_a_lost_segment_blob_is_read_from_the_log_and_rewritten(
+    location: StoreLocation,
+) -> None:
+    store = await location.open(baseline_every=1000)
+    await _history(store, 6)
+    handle = await store.session("s1")
+    await handle.write_baseline()
+    assert handle.state.entries_archived == 6
+    ((_, data),) = await store.backend.items(layout.segment_partition("s1"))
+    blob = json.loads(data)["blob"]
+    chunk = layout.chunk_item(blob["chunk_bytes"], 0)
+    await store.backend.delete(layout.blob_partition(blob["digest"]), chunk)
+
+    loaded = await (await location.open(baseline_every=1000)).session("s1")
+    assert [e.content for e in await loaded.entries()] == [0, 1, 2, 3, 4, 5]
+    assert await store.backend.get(layout.blob_partition(blob["digest"]), chunk), "rewritten"
