@@ -37,10 +37,10 @@ from session_store import open_store
 
 def chain_kind(phases: int) -> TaskKind:
     async def step(ctx: PhaseContext) -> PhaseOutcome:
-        index = int(ctx.task.phase.removeprefix("p"))
+        index = 0 if ctx.task.phase == "start" else int(ctx.task.phase.removeprefix("p"))
         return Done(result=index) if index == phases - 1 else Next(phase=f"p{index + 1}")
 
-    handlers = {f"p{index}": step for index in range(phases)}
+    handlers = {"start": step, **{f"p{index}": step for index in range(1, phases)}}
     return TaskKind("chain", 1, handlers)
 
 
@@ -52,7 +52,7 @@ async def brainhands_round(workdir: Path, phases: int) -> float:
         store=store, tools=LocalDispatcher(), crash=CrashPoints(), clock=utcnow, runner_id="bench"
     )
     runner = SessionRunner(store, registry, services)
-    await SessionClient(store).submit("s", "r", {"task": {"kind": "chain", "phase": "p0"}})
+    await SessionClient(store).submit("s", "r", {"task": {"kind": "chain"}})
     started = time.perf_counter()
     report = await runner.drive("s")
     elapsed = time.perf_counter() - started

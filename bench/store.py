@@ -28,8 +28,8 @@ from typing import Any
 from bench.stats import median, ms, percentile
 from contracts import Commit, CommitRecord
 from session_store import SessionStore, StoreSettings, open_backend, open_store
-from session_store.backend import Backend
 from session_store.backends.aws import open_client
+from tests.support.backends import Counting
 from tests.support.builders import small_commit
 
 Raw = Callable[[bytes], Awaitable[None]]
@@ -118,43 +118,13 @@ async def commit_latency(kind: str, workdir: Path, commits: int, repeats: int) -
         return result
 
 
-class CountingBackend:
-    """Counts backend calls and bytes read: a load's cost independent of server speed."""
-
-    def __init__(self, inner: Backend) -> None:
-        self._inner = inner
-        self.max_item_bytes = inner.max_item_bytes
-        self.description = inner.description
-        self.calls = 0
-        self.bytes_read = 0
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._inner, name)
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            result = await method(*args, **kwargs)
-            self.bytes_read += _size(result)
-            return result
-
-        return counted
-
-
-def _size(result: Any) -> int:
-    if isinstance(result, bytes):
-        return len(result)
-    if isinstance(result, list | tuple):
-        return sum(_size(part) for part in result)
-    return 0
-
-
 async def load_times(
     kind: str, workdir: Path, sizes: list[int], repeats: int, every: int
 ) -> dict[int, dict[str, float]]:
     url = location(kind, workdir)
     writer = await open_store(url, create=True, baseline_every=every)
-    counting = CountingBackend(await open_backend(url, read_only=True))
-    reader = SessionStore(counting, StoreSettings(read_only=True))  # type: ignore[arg-type]
+    counting = Counting(await open_backend(url, read_only=True))
+    reader = SessionStore(counting, StoreSettings(read_only=True))
     handle = await writer.session("history")
     current = None
     times: dict[int, dict[str, float]] = {}
@@ -189,7 +159,7 @@ async def _median_load(store: SessionStore, session_id: str, repeats: int) -> fl
     return median(samples)
 
 
-async def _median_empty_call(backend: CountingBackend, repeats: int) -> float:
+async def _median_empty_call(backend: Counting, repeats: int) -> float:
     """The engine's cost of one listing call on an empty partition at this data size.
 
     The test servers scan whole tables and buckets on every listing call (moto), so

@@ -196,15 +196,21 @@ class Operations:
                 until=until,
             )
 
-    async def _recover(self, record: Operation, spec: ToolSpec, args: JsonValue) -> Performed:
-        """The last attempt is over and its outcome unknown: recover by the tool's kind."""
+    async def _recover(
+        self, record: Operation, spec: ToolSpec, args: JsonValue, *, again: bool = False
+    ) -> Performed:
+        """The last attempt is over and its outcome unknown: recover by the tool's kind.
+        ``again``: this phase run already recovered once; a further unknown outcome is
+        left to a later attempt of the phase (bounded by the kind's ``max_attempts``)."""
         if spec.replay is ReplayPolicy.SAFE:
-            return await self._execute(await self._begin(record, spec, args), spec, "replayed")
+            replay = await self._begin(record, spec, args)
+            return await self._execute(replay, spec, "replayed", again=again)
         if spec.queryable:
             found = await self._query(record, spec)
             if found is not None:
                 return found
-            return await self._execute(await self._begin(record, spec, args), spec, "executed")
+            retry = await self._begin(record, spec, args)
+            return await self._execute(retry, spec, "executed", again=again)
         reason = (
             f"operation {record.operation_id} ({spec.name}) may have run in attempt "
             f"{record.attempts}; {spec.name} is not replay-safe and has no query, so it is "
@@ -212,16 +218,17 @@ class Operations:
         )
         raise OperationParked(await self._park(record, reason), operation_id=record.operation_id)
 
-    async def _execute(self, record: Operation, spec: ToolSpec, path: RecoveryPath) -> Performed:
+    async def _execute(
+        self, record: Operation, spec: ToolSpec, path: RecoveryPath, *, again: bool = False
+    ) -> Performed:
         try:
             return await self._attempt(record, spec, path)
-        except OutcomeUnknown:
-            pass  # our own call ended without an answer: recover now, once
-        current = await self._services.store.get_operation(record.operation_id) or record
-        try:
-            return await self._recover(current, spec, current.args)
         except OutcomeUnknown as error:
-            raise RecoveryPending(f"{error.message} (again while recovering)") from error
+            if again:
+                raise RecoveryPending(f"{error.message} (again while recovering)") from error
+        # Our own call ended without an answer: recover now, once.
+        current = await self._services.store.get_operation(record.operation_id) or record
+        return await self._recover(current, spec, current.args, again=True)
 
     async def _begin(
         self, record: Operation | None, spec: ToolSpec, args: JsonValue, op_id: str = ""

@@ -3,7 +3,6 @@
 This package imports nothing from the other brainhands packages; all of them import it.
 """
 
-from contracts.baseline import BaselineRecord, EntrySegment
 from contracts.blob import BlobRef
 from contracts.commit import Commit, CommitReceipt, CommitRecord
 from contracts.document import (
@@ -75,7 +74,6 @@ __all__ = [
     "OPERATION_TRANSITIONS",
     "AlreadyApplied",
     "AlreadyExists",
-    "BaselineRecord",
     "BlobRef",
     "BrainhandsError",
     "Commit",
@@ -89,7 +87,6 @@ __all__ = [
     "DocumentWrite",
     "Entry",
     "EntryKind",
-    "EntrySegment",
     "ErrorInfo",
     "FencedError",
     "Frozen",

@@ -10,9 +10,9 @@ baseline, never a gap. The log itself is never shortened: like baselines, the ar
 is derived data that makes loads cheap.
 
 Reads go to the archive on demand: history (``entries``), a task or a submission by id,
-whether an operation was applied. A segment blob that cannot be read (damaged, or
-collected by a racing sweep, ``session_store.uploads``) is not a loss: its entries are
-read from the log instead, and the blob is written again. The store consults the archive
+whether an operation was applied. A segment blob that cannot be read (damaged, or never
+uploaded by a writer that died right after creating its record) is not a loss: its
+entries are read from the log instead, and the blob is written again. The store consults the archive
 too before accepting a commit that creates a task or submission, or applies an
 operation, that the state no longer holds (``CommitLog``), so ids stay unique and
 results enter a session once.
@@ -45,7 +45,6 @@ from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
 from session_store.codec import decode, encode
 from session_store.state import SessionState
-from session_store.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +114,9 @@ def settled_tasks(state: SessionState) -> list[Task]:
 
 
 class Archive:
-    def __init__(self, backend: Backend, blobs: BlobStore, uploads: Uploads) -> None:
+    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
         self._backend = backend
         self._blobs = blobs
-        self._uploads = uploads
 
     async def settle(self, snapshot: SessionState) -> Settled:
         """Move settled history out of ``snapshot`` (a private copy) into the archive."""
@@ -191,10 +189,6 @@ class Archive:
             )
         return found
 
-    async def digests(self, session_id: str) -> set[str]:
-        """The blobs the session's segment records refer to."""
-        return {segment.blob.digest for segment in await self._segments(session_id)}
-
     async def _segment_entries(self, session_id: str, segment: SegmentRecord) -> tuple[Entry, ...]:
         try:
             data = await self._blobs.get(segment.blob)
@@ -244,41 +238,38 @@ class Archive:
     async def _archive_entries(self, snapshot: SessionState) -> None:
         """Archive the entry tail as segments, reusing segments an earlier (possibly
         crashed) baseline writer already created for the same range."""
-        partition = layout.segment_partition(snapshot.session_id)
         first, tail = snapshot.entries_archived, snapshot.entries_tail
         while tail:
             item = layout.seq_item(first)
-            existing = await self._backend.get(partition, item)
-            if existing is None:
-                segment = await self._new_segment(snapshot, item, first, tail)
-                if segment is None:
-                    continue  # lost a race for this range: use the winner's segment
-            else:
-                segment = decode(existing, SegmentRecord, where=f"{partition}/{item}")
+            segment = await self._segment(snapshot, item, first, tail)
             if segment.count > len(tail):
                 break  # a writer that had seen more archived it: keep ours live
             first, tail = first + segment.count, tail[segment.count :]
         snapshot.entries_archived, snapshot.entries_tail = first, list(tail)
 
-    async def _new_segment(
+    async def _segment(
         self, snapshot: SessionState, item: str, first: int, tail: list[Entry]
-    ) -> SegmentRecord | None:
+    ) -> SegmentRecord:
+        """The segment starting at ``first``: ours, holding the whole tail, or the one an
+        earlier (possibly crashed) or concurrent writer created for that range.
+
+        The record is created before its blob is uploaded: a writer that dies in
+        between leaves a record whose blob is missing, which readers repair from the log
+        (``_segment_entries``), and never a blob that nothing refers to.
+        """
         sid = snapshot.session_id
         partition = layout.segment_partition(sid)
-        body = SegmentBody(session_id=sid, first=first, entries=tuple(tail))
-        blob = await self._uploads.put(sid, snapshot.seq, encode(body))
-        segment = SegmentRecord(first=first, count=len(tail), blob=blob)
+        data = encode(SegmentBody(session_id=sid, first=first, entries=tuple(tail)))
+        segment = SegmentRecord(
+            first=first, count=len(tail), blob=self._blobs.ref_of(data, "application/json")
+        )
         try:
             await self._backend.create(partition, item, encode(segment))
         except ItemExists:
-            winner = await self._backend.get(partition, item)
-            if winner is None or decode(winner, SegmentRecord, where=item).blob != blob:
-                # Only a segment of exactly these entries of this session could share
-                # this blob, and the winner's differs: nothing refers to ours.
-                await self._blobs.delete(blob)
-            await self._uploads.done(sid, blob)
-            return None
-        await self._uploads.done(sid, blob)
+            existing = await self._backend.get(partition, item)
+            assert existing is not None, "segment records are never deleted"
+            return decode(existing, SegmentRecord, where=f"{partition}/{item}")
+        await self._blobs.put(data, "application/json")
         return segment
 
     async def _keep(self, partition: str, item: str, record: Frozen) -> None:

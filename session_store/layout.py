@@ -5,11 +5,11 @@ partition                               item                        value
 ======================================  ==========================  =====================
 ``session/<sid>/log``                   seq, 16 digits              CommitRecord (JSON)
 ``session/<sid>/base``                  seq, 16 digits              BaselineRecord (JSON)
+``session/<sid>/base``                  ``-upload.<digest>``        Upload (JSON)
 ``session/<sid>/segments``              first entry, 16 digits      SegmentRecord (JSON)
 ``session/<sid>/tasks``                 task id                     ArchivedTask (JSON)
 ``session/<sid>/submissions``           request id                  ArchivedSubmission
 ``session/<sid>/applied``               operation id                AppliedMark (JSON)
-``session/<sid>/uploads``               blob digest                 Upload (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
@@ -66,8 +66,11 @@ def applied_partition(session_id: str) -> str:
     return f"session/{session_id}/applied"
 
 
-def uploads_partition(session_id: str) -> str:
-    return f"session/{session_id}/uploads"
+UPLOAD_PREFIX = "-upload."  # sorts before every seq item: ``last`` is always a baseline
+
+
+def upload_item(digest: str) -> str:
+    return f"{UPLOAD_PREFIX}{digest}"
 
 
 def session_operations_partition(session_id: str) -> str:

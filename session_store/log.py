@@ -126,7 +126,8 @@ class CommitLog:
             await self._index.mark(state.session_id)
         await self._create(record, data)
         apply(state, record)
-        await self._update_index(state.session_id, record.seq, was_active, becomes_active)
+        if was_active != becomes_active:
+            await self._update_index(state.session_id, record.seq, becomes_active)
         return CommitReceipt.model_construct(
             session_id=record.session_id,
             seq=record.seq,
@@ -134,16 +135,14 @@ class CommitLog:
             committed_at=record.committed_at,
         )
 
-    async def _update_index(
-        self, session_id: str, seq: int, was_active: bool, becomes_active: bool
-    ) -> None:
+    async def _update_index(self, session_id: str, seq: int, becomes_active: bool) -> None:
         # The commit has landed: its receipt must reach the writer whatever happens here.
         # A marker missed now is repaired by the next commit or resubmission, and
         # `store.sweep` / the reconciler's scan.
         try:
-            if becomes_active and not was_active:
+            if becomes_active:
                 await self._index.mark(session_id)
-            elif was_active and not becomes_active:
+            else:
                 await self._index.sweep(session_id, finished_at_seq=seq)
         except BrainhandsError as error:
             log.warning(

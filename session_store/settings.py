@@ -23,6 +23,8 @@ class StoreSettings(Frozen):
 
     baseline_every: int = Field(default=100, ge=1)
     baselines_kept: int = Field(default=2, ge=1)
+    # A baseline's state up to this size is kept in its record, else in a blob.
+    baseline_inline_bytes: int = Field(default=64 * 1024, ge=0)
     max_record_bytes: int = Field(default=256 * 1024, ge=1024)
     max_blob_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     # Blobs are stored in chunks of at most this size (and of what the backend allows).

@@ -34,8 +34,9 @@ class SessionStore:
     def __init__(self, backend: Backend, settings: StoreSettings | None = None) -> None:
         self.settings = settings or StoreSettings()
         self.backend = backend
-        _check_limits(self.settings, backend)
-        read_only = self.settings.read_only
+        settings = self.settings
+        _check_limits(settings, backend)
+        read_only = settings.read_only
         self.blobs = BlobStore(
             backend,
             max_blob_bytes=self.settings.max_blob_bytes,
@@ -47,9 +48,16 @@ class SessionStore:
         )
         self.index = ActiveIndex(backend)
         uploads = Uploads(backend, self.blobs)
-        self._archive = Archive(backend, self.blobs, uploads)
+        self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
-            backend, self.blobs, self._archive, uploads, kept=self.settings.baselines_kept
+            backend,
+            self.blobs,
+            self._archive,
+            uploads,
+            kept=self.settings.baselines_kept,
+            inline_limit=min(
+                self.settings.baseline_inline_bytes, self.settings.max_record_bytes // 2
+            ),
         )
         self._log = CommitLog(backend, self._baselines, self._archive, self.index, self.settings)
         self._background: set[asyncio.Task[None]] = set()

@@ -125,12 +125,13 @@ async def test_a_dead_baseline_writers_upload_is_collected(tmp_path: Path) -> No
         handle = await k.store.session("s1")
         orphan = await k.store.put_blob(b'{"v":1,"type":"state","half":"written"}')
         await k.store.backend.create(
-            layout.uploads_partition("s1"),
-            orphan.digest,
+            layout.baseline_partition("s1"),
+            layout.upload_item(orphan.digest),
             encode(Upload(seq=handle.seq, blob=orphan)),
         )
         await grow(k, 3, 20)  # more than two baselines later
         _, blobs, reachable = storage(tmp_path / "kernel.db")
         assert orphan.digest not in blobs, "the orphaned upload was not collected"
         assert blobs <= reachable
-        assert await k.store.backend.keys(layout.uploads_partition("s1")) == []
+        listed = await k.store.backend.keys(layout.baseline_partition("s1"))
+        assert not [item for item in listed if item.startswith(layout.UPLOAD_PREFIX)]

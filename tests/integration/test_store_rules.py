@@ -10,7 +10,6 @@ import json
 import pytest
 
 from contracts import (
-    BaselineRecord,
     Commit,
     CorruptRecord,
     DocumentPatch,
@@ -25,6 +24,7 @@ from contracts import (
     PayloadTooLarge,
 )
 from session_store import SessionStore, layout
+from session_store.baselines import BaselineRecord
 from session_store.codec import decode
 from tests.support.backends import IndexOutage
 from tests.support.builders import answer, entry, submission, task
@@ -152,19 +152,20 @@ async def test_an_unreadable_baseline_record_is_skipped_and_reported(
 
 
 async def test_a_torn_baseline_blob_is_skipped_and_reported(location: StoreLocation) -> None:
-    store = await location.open(baseline_every=1000)
+    store = await location.open(baseline_every=1000, baseline_inline_bytes=0)
     await _history(store, 4)
     handle = await store.session("s1")
     await handle.write_baseline()
     found = await store.backend.last(layout.baseline_partition("s1"))
     assert found is not None
     state = decode(found[1], BaselineRecord, where="baseline").state
+    assert state is not None
     chunk = layout.chunk_item(state.chunk_bytes, 0)
     whole = await store.backend.get(layout.blob_partition(state.digest), chunk)
     assert whole is not None
     await store.backend.put(layout.blob_partition(state.digest), chunk, whole[: len(whole) // 2])
 
-    loaded = await (await location.open(baseline_every=1000)).session("s1")
+    loaded = await (await location.open(baseline_every=1000, baseline_inline_bytes=0)).session("s1")
     assert loaded.seq == 4 and loaded.state.tasks == handle.state.tasks
     assert any(state.digest in problem for problem in loaded.problems), loaded.problems
 

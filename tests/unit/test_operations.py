@@ -176,3 +176,30 @@ async def test_an_applied_operation_is_known_as_applied(tmp_path: Path) -> None:
         assert "applied" not in {status.value for status in OperationStatus}, (
             "applied is a fact of the session's log, not a status the record never reaches"
         )
+
+
+async def test_an_outcome_that_stays_unknown_is_retried_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    calls: list[str] = []
+
+    async def flaky(args: dict[str, Any], operation_id: str) -> Any:
+        calls.append(operation_id)
+        raise OutcomeUnknown("the reply was lost again", operation_id=operation_id)
+
+    async def start(ctx: PhaseContext) -> Done:
+        await ctx.operation("ping", {}, "ping")
+        return Done(result="answered")
+
+    registry = Registry()
+    registry.add(kind("ping", {"start": start}, max_attempts=3))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ToolSpec(name="ping", replay=ReplayPolicy.SAFE), flaky)
+        await k.submit_task("ping")
+        await asyncio.wait_for(k.run(), 20)
+        task = await k.task("root.r1")
+        assert task.outcome is Outcome.FAILED and task.error is not None
+        assert task.error.code == "attempts_exhausted"
+        assert len(calls) == 6, "each of 3 phase attempts runs it, then recovers once"
+        (operation,) = await k.store.list_operations("s1")
+        assert operation.attempts == 6 and operation.status is OperationStatus.RUNNING
