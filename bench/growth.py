@@ -28,41 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import median
-from brain.context import PhaseContext
 from brain.crashpoints import CrashPoints
-from brain.outcome import Done, Effects
-from brain.registry import Registry, TaskKind
+from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.services import Services
 from brain.submissions import SessionClient
-from brain.tools import LocalDispatcher, ToolSpec
-from contracts import Entry, EntryKind, ReplayPolicy, utcnow
+from brain.tools import LocalDispatcher
+from contracts import utcnow
 from session_store import SessionStore, open_store
 from tests.support.backends import Counting
+from tests.support.workloads import install_report
 
 
 def workload(output_bytes: int) -> tuple[Registry, LocalDispatcher]:
-    async def report(args: dict[str, Any], operation_id: str) -> Any:
-        return {"report": "x" * output_bytes}
-
-    async def answer(ctx: PhaseContext) -> Done:
-        performed = await ctx.operation("report", {"task": ctx.task.id}, "report")
-        entry = Entry(
-            id=f"{ctx.task.id}.result",
-            kind=EntryKind.TOOL_RESULT,
-            task_id=ctx.task.id,
-            operation_id=performed.operation_id,
-            content={"output": performed.output},
-        )
-        return Done(
-            result={"entry": entry.id},
-            effects=Effects(entries=(entry,), applied_operations=(performed.operation_id,)),
-        )
-
-    registry = Registry()
-    registry.add(TaskKind("report", 1, {"start": answer}))
-    tools = LocalDispatcher()
-    tools.register(ToolSpec(name="report", replay=ReplayPolicy.SAFE), report)
+    registry, tools = Registry(), LocalDispatcher()
+    install_report(registry, tools, output_bytes)
     return registry, tools
 
 

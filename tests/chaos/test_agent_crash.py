@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,25 +13,13 @@ from brain.submissions import SessionClient
 from contracts import EntryKind, SubmissionStatus
 from session_store import open_store
 from tests.support.example_servers import ExampleServers, example_servers
-from tests.support.processes import ROOT
+from tests.support.processes import brain_run
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 def worker(servers: ExampleServers, store_url: str, **env: str) -> int:
-    args = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", "s1"]
-    done = subprocess.run(
-        args,
-        cwd=ROOT,
-        env=servers.worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(done.stderr[-2000:])
-    return done.returncode
+    return brain_run(store_url, env=servers.worker_env(**env)).returncode
 
 
 async def test_two_killed_request_attempts_are_both_recorded(tmp_path: Path) -> None:

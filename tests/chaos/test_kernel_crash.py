@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,26 +15,17 @@ import pytest
 from brain.submissions import SessionClient
 from contracts import Outcome, TaskStatus
 from session_store import open_store
-from tests.support.processes import ROOT
+from tests.support.processes import brain_run
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
 def worker(store_url: str, *plugins: str, **env: str) -> tuple[int, dict[str, Any] | None]:
-    args = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", "s1"]
-    for plugin in plugins:
-        args += ["--plugin", f"tests.support.crash_plugins:{plugin}"]
-    done = subprocess.run(
-        args,
-        cwd=ROOT,
+    done = brain_run(
+        store_url,
+        plugins=tuple(f"tests.support.crash_plugins:{plugin}" for plugin in plugins),
         env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(done.stderr[-2000:])
     report = json.loads(done.stdout) if done.returncode == 0 else None
     return done.returncode, report
 

@@ -9,20 +9,17 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from brain.context import PhaseContext
-from brain.outcome import Done, Effects
 from brain.registry import Registry
-from brain.tools import ToolSpec
-from contracts import Entry, EntryKind, Outcome, ReplayPolicy, SubmissionStatus
+from contracts import EntryKind, Outcome, SubmissionStatus
 from session_store import SessionStore, layout
 from session_store.codec import encode
 from session_store.uploads import Upload
 from tests.support.backends import Counting
-from tests.support.kernel import Kernel, kernel, kind
+from tests.support.kernel import Kernel, kernel
+from tests.support.workloads import REPORT, install_report
 
 pytestmark = pytest.mark.sqlite
 
@@ -30,34 +27,9 @@ OUTPUT_BYTES = 2_000
 EVERY = 12  # K: a baseline every 12 commits
 
 
-async def report(args: dict[str, Any], operation_id: str) -> Any:
-    return {"report": "x" * OUTPUT_BYTES}
-
-
-async def answer(ctx: PhaseContext) -> Done:
-    resolution = await ctx.operation("report", {"n": ctx.task.id}, f"report-{ctx.task.id}")
-    result = Entry(
-        id=f"{ctx.task.id}.result",
-        kind=EntryKind.TOOL_RESULT,
-        task_id=ctx.task.id,
-        operation_id=resolution.operation_id,
-        content={"output": resolution.output},
-    )
-    return Done(
-        result="reported",
-        effects=Effects(entries=(result,), applied_operations=(resolution.operation_id,)),
-    )
-
-
-def registry() -> Registry:
-    kinds = Registry()
-    kinds.add(kind("report", {"start": answer}))
-    return kinds
-
-
 async def grow(k: Kernel, start: int, stop: int) -> None:
     for n in range(start, stop):
-        await k.client.submit("s1", f"r{n}", {"task": {"kind": "report"}})
+        await k.client.submit("s1", f"r{n}", {"task": {"kind": REPORT}})
         await k.run()
     await k.store.flush()
 
@@ -82,8 +54,8 @@ def storage(db: Path) -> tuple[int, set[str], set[str]]:
 
 
 async def test_load_reads_open_work_only_and_storage_grows_linearly(tmp_path: Path) -> None:
-    async with kernel(tmp_path, registry(), baseline_every=EVERY, baselines_kept=2) as k:
-        k.tools.register(ToolSpec(name="report", replay=ReplayPolicy.SAFE), report)
+    async with kernel(tmp_path, Registry(), baseline_every=EVERY, baselines_kept=2) as k:
+        install_report(k.registry, k.tools, OUTPUT_BYTES)
         await grow(k, 0, 25)
         small_load, small_seq = await load_bytes(k), (await k.store.session("s1")).seq
         small_total, _, _ = storage(tmp_path / "kernel.db")
@@ -99,8 +71,8 @@ async def test_load_reads_open_work_only_and_storage_grows_linearly(tmp_path: Pa
 
 
 async def test_settled_work_is_archived_yet_readable_and_idempotent(tmp_path: Path) -> None:
-    async with kernel(tmp_path, registry(), baseline_every=EVERY) as k:
-        k.tools.register(ToolSpec(name="report", replay=ReplayPolicy.SAFE), report)
+    async with kernel(tmp_path, Registry(), baseline_every=EVERY) as k:
+        install_report(k.registry, k.tools, OUTPUT_BYTES)
         await grow(k, 0, 30)
         handle = await k.store.session("s1")
         assert "root.r0" not in handle.state.tasks and "r0" not in handle.state.submissions
@@ -108,7 +80,7 @@ async def test_settled_work_is_archived_yet_readable_and_idempotent(tmp_path: Pa
         assert archived is not None and archived.outcome is Outcome.SUCCEEDED
         first = await handle.submission("r0")
         assert first is not None and first.status is SubmissionStatus.ANSWERED
-        again = await k.client.submit("s1", "r0", {"task": {"kind": "report"}})
+        again = await k.client.submit("s1", "r0", {"task": {"kind": REPORT}})
         assert again == first and (await k.store.session("s1")).seq == handle.seq
         assert (await k.client.get("s1", "r0")) == first
         results = [e for e in await handle.entries() if e.kind is EntryKind.TOOL_RESULT]
@@ -119,8 +91,8 @@ async def test_settled_work_is_archived_yet_readable_and_idempotent(tmp_path: Pa
 async def test_a_dead_baseline_writers_upload_is_collected(tmp_path: Path) -> None:
     # What a baseline writer leaves when it dies between uploading a state blob and
     # creating the baseline record: the journal item and the blob, nothing refers to it.
-    async with kernel(tmp_path, registry(), baseline_every=EVERY, baselines_kept=2) as k:
-        k.tools.register(ToolSpec(name="report", replay=ReplayPolicy.SAFE), report)
+    async with kernel(tmp_path, Registry(), baseline_every=EVERY, baselines_kept=2) as k:
+        install_report(k.registry, k.tools, OUTPUT_BYTES)
         await grow(k, 0, 3)
         handle = await k.store.session("s1")
         orphan = await k.store.put_blob(b'{"v":1,"type":"state","half":"written"}')

@@ -9,26 +9,21 @@ from contracts import StoreUnavailable
 from session_store.backend import Backend
 
 
-class IndexOutage:
-    """Index writes fail once the first commit record has been written."""
+class Passthrough:
+    """Every call goes to the wrapped backend; subclasses override what they watch."""
 
     def __init__(self, inner: Backend) -> None:
         self._inner = inner
         self.max_item_bytes = inner.max_item_bytes
         self.description = inner.description
-        self.broken = False
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
-        if "/log" in partition:
-            self.broken = True
         await self._inner.create(partition, item, value)
 
     async def put(self, partition: str, item: str, value: bytes) -> None:
-        self._fail_index(partition)
         await self._inner.put(partition, item, value)
 
     async def delete(self, partition: str, item: str) -> None:
-        self._fail_index(partition)
         await self._inner.delete(partition, item)
 
     async def get(self, partition: str, item: str) -> bytes | None:
@@ -54,36 +49,55 @@ class IndexOutage:
     async def close(self) -> None:
         await self._inner.close()
 
+
+class IndexOutage(Passthrough):
+    """Index writes fail once the first commit record has been written."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.broken = False
+
+    async def create(self, partition: str, item: str, value: bytes) -> None:
+        if "/log" in partition:
+            self.broken = True
+        await super().create(partition, item, value)
+
+    async def put(self, partition: str, item: str, value: bytes) -> None:
+        self._fail_index(partition)
+        await super().put(partition, item, value)
+
+    async def delete(self, partition: str, item: str) -> None:
+        self._fail_index(partition)
+        await super().delete(partition, item)
+
     def _fail_index(self, partition: str) -> None:
         if self.broken and partition.startswith("index/"):
             raise StoreUnavailable(f"{self.description}: the index is unreachable (test fault)")
 
 
-class Counting:
+class Counting(Passthrough):
     """Counts the calls made and the bytes returned by reads."""
 
     def __init__(self, inner: Backend) -> None:
-        self._inner = inner
-        self.max_item_bytes = inner.max_item_bytes
-        self.description = inner.description
+        super().__init__(inner)
         self.calls = 0
         self.bytes_read = 0
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
         self.calls += 1
-        await self._inner.create(partition, item, value)
+        await super().create(partition, item, value)
 
     async def put(self, partition: str, item: str, value: bytes) -> None:
         self.calls += 1
-        await self._inner.put(partition, item, value)
+        await super().put(partition, item, value)
 
     async def delete(self, partition: str, item: str) -> None:
         self.calls += 1
-        await self._inner.delete(partition, item)
+        await super().delete(partition, item)
 
     async def get(self, partition: str, item: str) -> bytes | None:
         self.calls += 1
-        value = await self._inner.get(partition, item)
+        value = await super().get(partition, item)
         self.bytes_read += len(value or b"")
         return value
 
@@ -91,25 +105,16 @@ class Counting:
         self, partition: str, *, after: str | None = None, limit: int | None = None
     ) -> list[tuple[str, bytes]]:
         self.calls += 1
-        found = await self._inner.items(partition, after=after, limit=limit)
+        found = await super().items(partition, after=after, limit=limit)
         self.bytes_read += sum(len(value) for _, value in found)
         return found
 
     async def keys(self, partition: str, *, after: str | None = None) -> list[str]:
         self.calls += 1
-        return await self._inner.keys(partition, after=after)
+        return await super().keys(partition, after=after)
 
     async def last(self, partition: str) -> tuple[str, bytes] | None:
         self.calls += 1
-        found = await self._inner.last(partition)
+        found = await super().last(partition)
         self.bytes_read += len(found[1]) if found else 0
         return found
-
-    async def ensure(self) -> None:
-        await self._inner.ensure()
-
-    async def check(self) -> None:
-        await self._inner.check()
-
-    async def close(self) -> None:
-        await self._inner.close()

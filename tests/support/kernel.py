@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -10,13 +11,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from brain.context import PhaseContext
 from brain.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
+from brain.outcome import Done
 from brain.registry import Backoff, Registry, TaskKind
 from brain.runner import DriveReport, SessionRunner
 from brain.services import Services
 from brain.submissions import SessionClient
-from brain.tools import LocalDispatcher
+from brain.tools import LocalDispatcher, ToolSpec
 from contracts import Submission, Task, utcnow
 from session_store import SessionStore, open_store
 
@@ -86,3 +89,30 @@ async def task_history(store: SessionStore, session_id: str, task_id: str) -> li
         record = decode(data, CommitRecord, where=item)
         revisions.extend(t for t in record.commit.tasks if t.id == task_id)
     return revisions
+
+
+async def cancel_during_call(k: Kernel) -> None:
+    """Run a ``mail`` task (registered by ``mail_kind``) whose send never returns, and
+    cancel it while the call is in flight."""
+    inside = asyncio.Event()
+
+    async def slow_send(args: dict[str, Any], operation_id: str) -> Any:
+        inside.set()
+        await asyncio.sleep(3600)
+
+    k.tools.register(ToolSpec(name="send"), slow_send)
+    await k.submit_task("mail")
+    drive = asyncio.create_task(k.run())
+    await asyncio.wait_for(inside.wait(), 10)
+    await k.client.cancel("s1", task_id="root.r1", reason="operator")
+    await asyncio.wait_for(drive, 10)
+
+
+def mail_kind() -> TaskKind:
+    """A task that sends one email through the ``send`` tool."""
+
+    async def start(ctx: PhaseContext) -> Done:
+        await ctx.operation("send", {"to": "x@example.com"}, "mail")
+        return Done(result="sent")
+
+    return kind("mail", {"start": start})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +20,25 @@ def python_module(module: str, *args: str, stdout: int = subprocess.PIPE) -> sub
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def brain_run(
+    store_url: str, *, plugins: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m brain run`` on session ``s1`` to the end; a SIGKILL (a crash point)
+    is an expected ending, any other failure raises with the worker's stderr."""
+    args = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", "s1"]
+    for plugin in plugins:
+        args += ["--plugin", plugin]
+    done = subprocess.run(
+        args,
+        cwd=ROOT,
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(done.stderr[-2000:])
+    return done

@@ -27,7 +27,7 @@ from contracts import (
     ReplayPolicy,
     TaskStatus,
 )
-from tests.support.kernel import Kernel, kernel, kind
+from tests.support.kernel import Kernel, cancel_during_call, kernel, kind, mail_kind
 
 ECHO = ToolSpec(name="echo", replay=ReplayPolicy.SAFE)
 
@@ -117,25 +117,10 @@ async def test_reuse_requires_the_same_frozen_arguments(tmp_path: Path) -> None:
 
 
 async def test_cancelling_during_a_call_records_the_operation_and_names_it(tmp_path: Path) -> None:
-    inside = asyncio.Event()
-
-    async def slow_send(args: dict[str, Any], operation_id: str) -> Any:
-        inside.set()
-        await asyncio.sleep(3600)
-
-    async def start(ctx: PhaseContext) -> Done:
-        await ctx.operation("send", {"to": "x@example.com"}, "mail")
-        return Done(result="sent")
-
     registry = Registry()
-    registry.add(kind("mail", {"start": start}))
+    registry.add(mail_kind())
     async with kernel(tmp_path, registry) as k:
-        k.tools.register(ToolSpec(name="send"), slow_send)
-        await k.submit_task("mail")
-        drive = asyncio.create_task(k.run())
-        await asyncio.wait_for(inside.wait(), 10)
-        await k.client.cancel("s1", task_id="root.r1", reason="operator")
-        await asyncio.wait_for(drive, 10)
+        await cancel_during_call(k)
         task = await k.task("root.r1")
         (operation,) = await k.store.list_operations("s1")
         assert task.outcome is Outcome.CANCELLED

@@ -8,14 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from brain.context import PhaseContext
-from brain.outcome import Done
 from brain.registry import Registry
-from brain.tools import ToolSpec
 from session_store import layout
-from tests.support.kernel import kernel, kind
+from tests.support.kernel import cancel_during_call, kernel, mail_kind
 from tests.support.processes import ROOT
 
 
@@ -35,25 +31,10 @@ def inspect(store_url: str) -> str:
 async def test_a_call_cancelled_in_flight_and_a_skipped_baseline_are_shown(
     tmp_path: Path,
 ) -> None:
-    inside = asyncio.Event()
-
-    async def slow_send(args: dict[str, Any], operation_id: str) -> Any:
-        inside.set()
-        await asyncio.sleep(3600)
-
-    async def start(ctx: PhaseContext) -> Done:
-        await ctx.operation("send", {"to": "x@example.com"}, "mail")
-        return Done(result="sent")
-
     registry = Registry()
-    registry.add(kind("mail", {"start": start}))
+    registry.add(mail_kind())
     async with kernel(tmp_path, registry) as k:
-        k.tools.register(ToolSpec(name="send"), slow_send)
-        await k.submit_task("mail")
-        drive = asyncio.create_task(k.run())
-        await asyncio.wait_for(inside.wait(), 10)
-        await k.client.cancel("s1", task_id="root.r1", reason="operator")
-        await asyncio.wait_for(drive, 10)
+        await cancel_during_call(k)
         handle = await k.store.session("s1")
         seq = await handle.write_baseline()
         await k.store.backend.put(layout.baseline_partition("s1"), layout.seq_item(seq), b"{")
