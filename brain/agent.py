@@ -125,9 +125,13 @@ async def _tools(ctx: PhaseContext) -> PhaseOutcome:
     missing = tuple(
         _unanswered(call, conversation)
         for call in ctx.children()
-        if call.kind == TOOL_CALL and call.is_terminal and call.input.get("call_id") not in answered  # type: ignore[union-attr]
+        if call.kind == TOOL_CALL and call.is_terminal and _call_id(call) not in answered
     )
     return Next(phase="prepare", effects=Effects(entries=missing))
+
+
+def _call_id(call: Task) -> object:
+    return call.input.get("call_id") if isinstance(call.input, dict) else None
 
 
 def _unanswered(call: Task, conversation: str) -> Entry:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -136,11 +137,7 @@ class Drive:
             self.plan = planner.plan(
                 b.state_view(),
                 self.runner.registry,
-                planner.Facts(
-                    now=b.now,
-                    settled_operations=facts.settled_operations,
-                    archived_tasks=facts.archived_tasks,
-                ),
+                dataclasses.replace(facts, now=b.now),
                 running_here=self.inflight.keys(),
             )
             for step in self.plan.steps:

@@ -28,7 +28,7 @@ class ProcessState(StrEnum):
 def this_process() -> str:
     """This process's identity, e.g. ``linux:3f2a…:4026531836:1234:987654``."""
     pid = os.getpid()
-    boot, namespace, started = _boot_id(), _pid_namespace(), _start_time(pid)
+    boot, namespace, started = _boot_id(), _pid_namespace(), start_ticks(pid)
     if boot is None or namespace is None or started is None:
         return f"host:{socket.gethostname()}:{pid}"
     return f"linux:{boot}:{namespace}:{pid}:{started}"
@@ -46,8 +46,8 @@ def process_state(process: str | None) -> ProcessState:
     _, boot, namespace, pid, started = parts
     if boot != _boot_id() or namespace != _pid_namespace() or not pid.isdigit():
         return ProcessState.UNKNOWN
-    now = _start_time(int(pid))
-    if now is None or str(now) != started or _is_zombie(int(pid)):
+    now = start_ticks(int(pid))
+    if now is None or str(now) != started or run_state(int(pid)) in {"Z", "X"}:
         return ProcessState.GONE
     return ProcessState.ALIVE
 
@@ -66,20 +66,25 @@ def _pid_namespace() -> str | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of
+    ``/proc/<pid>/stat``); None when there is no such process here."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def run_state(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``Z`` for a zombie…), None when
+    ``/proc`` has no such process."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
 def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat from field 3 (state) on; None if unavailable."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) may contain spaces and parentheses: split after it.
-    return text[text.rfind(")") + 2 :].split()
-
-
-def _start_time(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None  # field 22: starttime
-
-
-def _is_zombie(pid: int) -> bool:
-    fields = _stat_fields(pid)
-    return bool(fields) and fields[0] in {"Z", "X"}  # type: ignore[index]
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    return stat[stat.rindex(")") + 2 :].split()

@@ -135,28 +135,21 @@ class Operations:
         op_id = self.id_for(key)
         store = self._services.store
         record = await store.get_operation(op_id)
-        if record is not None:
-            self._check_same(record, tool, frozen)
-        result = await store.get_operation_result(op_id)
+        if record is None:  # intent before action: no record, nothing happened yet
+            return await self._execute(await self._first_attempt(op_id, spec, frozen), spec)
+        self._check_same(record, tool, frozen)
+        result = await store.get_operation_result(op_id)  # the store keeps it in-session
         if result is not None:
-            if record is None or result.session_id != self._session_id:
-                raise OperationMismatch(
-                    f"operation {op_id} has a result that is not this session's",
-                    operation_id=op_id,
-                )
             return await self._reuse(result)
-        if record is None:
-            first = await self._begin(None, spec, frozen, op_id)
-            return await self._execute(first, spec, "executed")
         if record.status is OperationStatus.UNCERTAIN:
             raise OperationParked(record.reason or "outcome unknown", operation_id=op_id)
         if record.status is OperationStatus.ACCEPTED:
-            return await self._execute(await self._begin(record, spec, frozen), spec, "executed")
+            return await self._execute(await self._next_attempt(record, spec), spec)
         if record.status is not OperationStatus.RUNNING:
             reason = f"operation {op_id} is {record.status.value} but has no result on record"
             raise OperationParked(await self._park(record, reason), operation_id=op_id)
         self._wait_if_in_flight(record)
-        return await self._recover(record, spec, frozen)
+        return await self._recover(record, spec)
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
         differences = [
@@ -197,20 +190,20 @@ class Operations:
             )
 
     async def _recover(
-        self, record: Operation, spec: ToolSpec, args: JsonValue, *, again: bool = False
+        self, record: Operation, spec: ToolSpec, *, again: bool = False
     ) -> Performed:
         """The last attempt is over and its outcome unknown: recover by the tool's kind.
         ``again``: this phase run already recovered once; a further unknown outcome is
         left to a later attempt of the phase (bounded by the kind's ``max_attempts``)."""
         if spec.replay is ReplayPolicy.SAFE:
-            replay = await self._begin(record, spec, args)
+            replay = await self._next_attempt(record, spec)
             return await self._execute(replay, spec, "replayed", again=again)
         if spec.queryable:
             found = await self._query(record, spec)
             if found is not None:
                 return found
-            retry = await self._begin(record, spec, args)
-            return await self._execute(retry, spec, "executed", again=again)
+            retry = await self._next_attempt(record, spec)
+            return await self._execute(retry, spec, again=again)
         reason = (
             f"operation {record.operation_id} ({spec.name}) may have run in attempt "
             f"{record.attempts}; {spec.name} is not replay-safe and has no query, so it is "
@@ -219,51 +212,67 @@ class Operations:
         raise OperationParked(await self._park(record, reason), operation_id=record.operation_id)
 
     async def _execute(
-        self, record: Operation, spec: ToolSpec, path: RecoveryPath, *, again: bool = False
+        self,
+        record: Operation,
+        spec: ToolSpec,
+        path: RecoveryPath = "executed",
+        *,
+        again: bool = False,
     ) -> Performed:
         try:
             return await self._attempt(record, spec, path)
         except OutcomeUnknown as error:
             if again:
                 raise RecoveryPending(f"{error.message} (again while recovering)") from error
-        # Our own call ended without an answer: recover now, once.
-        current = await self._services.store.get_operation(record.operation_id) or record
-        return await self._recover(current, spec, current.args, again=True)
+        # Our own call ended without an answer (``record`` is still the current revision:
+        # nothing moves it on that path): recover now, once.
+        return await self._recover(record, spec, again=True)
 
-    async def _begin(
-        self, record: Operation | None, spec: ToolSpec, args: JsonValue, op_id: str = ""
-    ) -> Operation:
-        """Record a new attempt before it starts (intent before action); exactly one of
-        several would-be executors wins it."""
+    async def _first_attempt(self, op_id: str, spec: ToolSpec, args: JsonValue) -> Operation:
+        """Record the operation with attempt 1 before it starts (intent before action)."""
+        operation = Operation(
+            operation_id=op_id,
+            session_id=self._session_id,
+            task_id=self._task.id,
+            tool=spec.name,
+            args=args,
+            replay=spec.replay,
+            status=OperationStatus.RUNNING,
+            attempts=1,
+            **self._attempt_fields(spec),
+        )
+        try:
+            return await self._services.store.create_operation(operation)
+        except AlreadyExists as error:
+            raise self._raced(op_id, error) from error
+
+    async def _next_attempt(self, record: Operation, spec: ToolSpec) -> Operation:
+        """Record attempt n+1 before it starts; of several would-be executors exactly one
+        wins it."""
+        try:
+            return await self._services.store.transition_operation(
+                record,
+                OperationStatus.RUNNING,
+                attempts=record.attempts + 1,
+                **self._attempt_fields(spec),
+            )
+        except ConflictError as error:
+            raise self._raced(record.operation_id, error) from error
+
+    def _attempt_fields(self, spec: ToolSpec) -> dict[str, Any]:
         services = self._services
-        attempt = {
+        return {
             "executor": services.runner_id,
             "process": services.process,
             "deadline": services.clock() + spec.timeout,
         }
-        try:
-            if record is None:
-                return await services.store.create_operation(
-                    Operation(
-                        operation_id=op_id,
-                        session_id=self._session_id,
-                        task_id=self._task.id,
-                        tool=spec.name,
-                        args=args,
-                        replay=spec.replay,
-                        status=OperationStatus.RUNNING,
-                        attempts=1,
-                        **attempt,
-                    )
-                )
-            return await services.store.transition_operation(
-                record, OperationStatus.RUNNING, attempts=record.attempts + 1, **attempt
-            )
-        except (AlreadyExists, ConflictError) as error:
-            raise RecoveryPending(
-                f"another executor started operation {record.operation_id if record else op_id}"
-                f" at the same moment ({error.code}); looking again on the next attempt"
-            ) from error
+
+    @staticmethod
+    def _raced(op_id: str, error: BrainhandsError) -> RecoveryPending:
+        return RecoveryPending(
+            f"another executor started operation {op_id} at the same moment ({error.code}); "
+            "looking again on the next attempt"
+        )
 
     async def _attempt(self, record: Operation, spec: ToolSpec, path: RecoveryPath) -> Performed:
         services, op_id = self._services, record.operation_id

@@ -12,9 +12,9 @@ is derived data that makes loads cheap.
 Reads go to the archive on demand: history (``entries``), a task or a submission by id,
 whether an operation was applied. A segment blob that cannot be read (damaged, or never
 uploaded by a writer that died right after creating its record) is not a loss: its
-entries are read from the log instead, and the blob is written again. The store consults the archive
-too before accepting a commit that creates a task or submission, or applies an
-operation, that the state no longer holds (``CommitLog``), so ids stay unique and
+entries are read from the log instead, and the blob is written again. The store consults
+the archive too before accepting a commit that creates a task or submission, or applies
+an operation, that the state no longer holds (``CommitLog``), so ids stay unique and
 results enter a session once.
 """
 

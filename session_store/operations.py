@@ -123,7 +123,24 @@ class OperationLog:
         The operation must be on record, in the result's session.
         """
         self._writable()
-        operation = await self.get(result.operation_id)
+        self._check_owner(await self.get(result.operation_id), result)
+        return await self._write_result(result)
+
+    async def settle(self, result: OperationResult, *, decided_by: str, decision: str) -> Operation:
+        """An operator's verdict on an operation whose outcome is unknown: write its
+        result, then close the record with who decided and why."""
+        self._writable()
+        current = self._check_owner(await self.get(result.operation_id), result)
+        if current.status.is_final:
+            raise InvalidTransition(
+                f"operation {result.operation_id!r} is already {current.status.value}"
+            )
+        await self._write_result(result)
+        status = OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED
+        return await self.transition(current, status, decided_by=decided_by, decision=decision)
+
+    @staticmethod
+    def _check_owner(operation: Operation | None, result: OperationResult) -> Operation:
         if operation is None:
             raise NotFound(
                 f"operation {result.operation_id!r} is not on record; results are written "
@@ -136,6 +153,9 @@ class OperationLog:
                 f"{operation.session_id}, not {result.session_id}; its result stays there",
                 operation_id=result.operation_id,
             )
+        return operation
+
+    async def _write_result(self, result: OperationResult) -> OperationResult:
         data = encode(result, limit=self._limit, what=f"result of {result.operation_id}")
         partition = layout.result_partition(result.operation_id)
         try:
@@ -149,20 +169,6 @@ class OperationLog:
                 operation_id=result.operation_id,
             ) from None
         return result
-
-    async def settle(self, result: OperationResult, *, decided_by: str, decision: str) -> Operation:
-        """An operator's verdict on an operation whose outcome is unknown: write its
-        result, then close the record with who decided and why."""
-        current = await self.get(result.operation_id)
-        if current is None:
-            raise NotFound(f"operation {result.operation_id!r} is not on record")
-        if current.status.is_final:
-            raise InvalidTransition(
-                f"operation {result.operation_id!r} is already {current.status.value}"
-            )
-        await self.put_result(result)
-        status = OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED
-        return await self.transition(current, status, decided_by=decided_by, decision=decision)
 
     async def result(self, operation_id: str) -> OperationResult | None:
         partition = layout.result_partition(operation_id)

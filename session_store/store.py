@@ -32,19 +32,18 @@ class SessionStore:
     """
 
     def __init__(self, backend: Backend, settings: StoreSettings | None = None) -> None:
-        self.settings = settings or StoreSettings()
+        self.settings = settings = settings or StoreSettings()
         self.backend = backend
-        settings = self.settings
         _check_limits(settings, backend)
         read_only = settings.read_only
         self.blobs = BlobStore(
             backend,
-            max_blob_bytes=self.settings.max_blob_bytes,
-            chunk_bytes=self.settings.blob_chunk_bytes,
+            max_blob_bytes=settings.max_blob_bytes,
+            chunk_bytes=settings.blob_chunk_bytes,
             read_only=read_only,
         )
         self.operations = OperationLog(
-            backend, max_record_bytes=self.settings.max_record_bytes, read_only=read_only
+            backend, max_record_bytes=settings.max_record_bytes, read_only=read_only
         )
         self.index = ActiveIndex(backend)
         uploads = Uploads(backend, self.blobs)
@@ -54,12 +53,11 @@ class SessionStore:
             self.blobs,
             self._archive,
             uploads,
-            kept=self.settings.baselines_kept,
-            inline_limit=min(
-                self.settings.baseline_inline_bytes, self.settings.max_record_bytes // 2
-            ),
+            kept=settings.baselines_kept,
+            # a state kept inline must leave its record room below the record limit
+            inline_limit=min(settings.baseline_inline_bytes, settings.max_record_bytes // 2),
         )
-        self._log = CommitLog(backend, self._baselines, self._archive, self.index, self.settings)
+        self._log = CommitLog(backend, self._baselines, self._archive, self.index, settings)
         self._background: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> SessionStore:

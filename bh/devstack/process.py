@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from bh.devstack.poll import poll_until
+from brain.incarnation import run_state, start_ticks
 
 Argv = tuple[str, ...]
 
@@ -105,14 +106,14 @@ def spawn(argv: Argv, *, log_path: Path, env: Mapping[str, str]) -> PidRecord:
         setsid=True,
         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
     )
-    return PidRecord(pid=pid, argv=argv, start_ticks=_start_ticks(pid))
+    return PidRecord(pid=pid, argv=argv, start_ticks=start_ticks(pid))
 
 
 def is_running(record: PidRecord) -> bool:
     """True if the recorded process still runs (not a zombie, not a recycled pid)."""
     if not _pid_alive(record.pid):
         return False
-    return record.start_ticks is None or _start_ticks(record.pid) == record.start_ticks
+    return record.start_ticks is None or start_ticks(record.pid) == record.start_ticks
 
 
 def stop(record: PidRecord, *, timeout: timedelta) -> Stopped:
@@ -155,9 +156,9 @@ def _pid_alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False
-    fields = _stat_fields(pid)
-    if fields is not None:
-        return fields[0] not in ("Z", "X")
+    state = run_state(pid)
+    if state is not None:
+        return state not in ("Z", "X")
     if _PROC.joinpath("self", "stat").exists():
         return False  # Linux, and /proc/<pid> is gone
     try:
@@ -167,21 +168,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields is not None else None
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat from field 3 (state) on; None if unavailable."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    return stat[stat.rindex(")") + 2 :].split()
 
 
 def _signal_group(pid: int, signum: signal.Signals) -> None:
