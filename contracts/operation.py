@@ -72,6 +72,7 @@ class Operation(Frozen):
     session_id: Identifier
     task_id: Identifier | None = None
     tool: str
+    tool_version: int | None = None
     args: JsonValue = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
     status: OperationStatus = OperationStatus.ACCEPTED
@@ -88,7 +89,13 @@ class Operation(Frozen):
 
 
 class OperationResult(Frozen):
-    """The write-once outcome of an operation, in the session the operation belongs to."""
+    """The write-once outcome of an operation, in the session the operation belongs to.
+
+    Sandboxed runs also say how the run ended (``termination``, a ``Termination`` value),
+    its ``exit_code``, a capped tail of its logs and whether output was cut
+    (``truncated``), which executor and container produced it, and how (``path``:
+    ``executed``, ``replayed`` or ``verified``).
+    """
 
     v: Literal[1] = OPERATION_RECORD_VERSION
     type: Literal["operation_result"] = "operation_result"
@@ -98,4 +105,12 @@ class OperationResult(Frozen):
     output: JsonValue = None
     blob: BlobRef | None = None
     error: ErrorInfo | None = None
+    termination: str | None = None
+    exit_code: int | None = None
+    log_tail: str = ""
+    truncated: bool = False
+    path: str | None = None
+    executor: str | None = None
+    container: str | None = None
+    started_at: AwareDatetime | None = None
     finished_at: AwareDatetime = Field(default_factory=utcnow)

@@ -1,0 +1,171 @@
+"""Tools as container images: the definition a registry keeps, and the image contract.
+
+A tool image declares itself in labels under ``io.brainhands.tool.`` (``LABELS``); the
+registry reads them once, pins the image by its id, and keeps the result as a
+``ToolDefinition`` — create-once per ``name@version``. Both services read definitions
+from the registry: the Brain for schemas and replay policy, the Hands to run them.
+
+How a container meets its executor (the I/O contract, see ``docs/tools.md``):
+
+* environment: ``BH_OPERATION_ID`` (the idempotency key), ``BH_ARGUMENTS`` (the frozen
+  arguments, JSON), ``BH_MODE`` (``run`` or ``query``); with network allowed also
+  ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case twins) naming the egress proxy; the
+  definition's ``config`` (non-secret settings chosen at registration). No secrets:
+  credentials for an allowed destination are added by the egress proxy.
+* stdout: one JSON document, the tool's output (query mode:
+  ``{"found": bool, "output": ...}``); stderr: logs, kept as a capped tail.
+* exit status 0: succeeded; anything else: failed (stdout may carry an error object).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+from contracts.model import AwareDatetime, Frozen, utcnow
+from contracts.operation import ReplayPolicy
+
+TOOL_RECORD_VERSION: Final = 1
+LABEL_PREFIX: Final = "io.brainhands.tool."
+
+ToolName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+# An egress destination: host:port (a name or an IPv4 address, never a wildcard).
+Destination = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?:[0-9]{1,5}$")
+]
+
+def _not_reserved(name: str) -> str:
+    if name.startswith("BH_") or name.upper() in _PROXY_VARIABLES:
+        raise ValueError(f"{name} is set by the executor; choose another name")
+    return name
+
+
+_PROXY_VARIABLES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
+
+# A config variable's name: upper case, not in the ``BH_`` namespace the executor owns.
+ConfigName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$"),
+    AfterValidator(_not_reserved),
+]
+
+
+class Termination(StrEnum):
+    """Why a sandboxed run ended, as the executor observed it."""
+
+    EXITED = "exited"
+    TIMEOUT = "timeout"
+    OOM_KILLED = "oom_killed"
+    CANCELLED = "cancelled"
+    OUTPUT_LIMIT = "output_limit"
+    INVALID_OUTPUT = "invalid_output"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+class Limits(Frozen):
+    """Resources of one sandboxed run."""
+
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    memory_bytes: int = Field(default=256 * 2**20, ge=16 * 2**20)
+    pids: int = Field(default=64, ge=8, le=4096)
+    scratch_bytes: int = Field(default=64 * 2**20, ge=2**20)
+    output_bytes: int = Field(default=2**20, ge=1024)
+
+
+class NetworkPolicy(Frozen):
+    """``allow`` empty: no network at all. Otherwise egress to exactly these
+    destinations, through the Hands' proxy."""
+
+    allow: tuple[Destination, ...] = ()
+
+    @property
+    def is_none(self) -> bool:
+        return not self.allow
+
+
+class ToolDefinition(Frozen):
+    """A registered tool: an image pinned by id, and what its labels declared."""
+
+    v: Literal[1] = TOOL_RECORD_VERSION
+    type: Literal["tool"] = "tool"
+    name: ToolName
+    version: int = Field(ge=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    replay: ReplayPolicy = ReplayPolicy.UNSAFE
+    timeout_s: float = Field(default=60.0, gt=0, le=7 * 86400)
+    limits: Limits = Limits()
+    network: NetworkPolicy = NetworkPolicy()
+    command: tuple[str, ...] | None = None
+    query: tuple[str, ...] | None = None
+    #: non-secret settings given at registration, passed to the container as environment
+    config: dict[ConfigName, str] = Field(default_factory=dict)
+    image: str
+    image_id: str
+    registered_by: str = ""
+    registered_at: AwareDatetime = Field(default_factory=utcnow)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def queryable(self) -> bool:
+        return self.query is not None
+
+    def same_image(self, other: ToolDefinition) -> bool:
+        """Whether registering ``other`` again changes nothing (same name, version, image)."""
+        return (self.name, self.version, self.image_id) == (
+            other.name,
+            other.version,
+            other.image_id,
+        )
+
+
+class DispatchMode(StrEnum):
+    RUN = "run"
+    QUERY = "query"
+
+
+class Dispatch(Frozen):
+    """``tools.dispatch``: run (or query) an operation, committed as the operation's intent.
+
+    The message id on the bus is ``operation_id`` (run) or ``<operation_id>.query`` — a
+    repeat is the same operation, never a second action.
+    """
+
+    v: Literal[1] = 1
+    type: Literal["dispatch"] = "dispatch"
+    operation_id: str
+    session_id: str
+    task_id: str | None = None
+    tool: ToolName
+    tool_version: int = Field(ge=1)
+    args: Any = None
+    replay: ReplayPolicy = ReplayPolicy.UNSAFE
+    mode: DispatchMode = DispatchMode.RUN
+    committed_at: AwareDatetime = Field(default_factory=utcnow)
+
+
+class Cancellation(Frozen):
+    """``tools.cancel``: stop an operation's container and record it ``cancelled``."""
+
+    v: Literal[1] = 1
+    type: Literal["cancel"] = "cancel"
+    operation_id: str
+    session_id: str
+    reason: str = "cancelled"
+
+
+class ResultEvent(Frozen):
+    """``tools.results``: an operation's result is in the store (the store is the truth;
+    the event is a hint to wake the session)."""
+
+    v: Literal[1] = 1
+    type: Literal["result"] = "result"
+    operation_id: str
+    session_id: str
+    succeeded: bool
+    termination: Termination | None = None

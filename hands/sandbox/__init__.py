@@ -1,0 +1,115 @@
+"""The sandbox boundary: run one operation of one tool in isolation, keyed by its id.
+
+A sandbox names and labels what it starts by the operation id, so that an executor that
+died and came back (or another executor) finds the run instead of starting it again:
+``run`` is *start or reconnect* — a running container is waited for, an exited one is
+collected, and only when none exists is one created. What ran is told as a
+``RunOutcome`` with a typed ``Termination``.
+
+Implementations: ``hands.sandbox.docker.DockerSandbox`` (hardened Docker containers).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import Field, JsonValue
+
+from contracts.model import Frozen
+from contracts.tool import DispatchMode, Termination, ToolDefinition
+
+#: Container label keys (all under ``io.brainhands.``).
+LABEL_OPERATION = "io.brainhands.operation"
+LABEL_SESSION = "io.brainhands.session"
+LABEL_MODE = "io.brainhands.mode"
+LABEL_OWNER = "io.brainhands.owner"
+LABEL_TOOL = "io.brainhands.tool"
+LABEL_DEADLINE = "io.brainhands.deadline"
+
+
+def container_name(operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> str:
+    """The one name a run of ``operation_id`` can have (a second create fails)."""
+    suffix = "" if mode is DispatchMode.RUN else f"-{mode.value}"
+    return f"bh-{operation_id}{suffix}"
+
+
+class RunSpec(Frozen):
+    """One run to start (or reconnect to)."""
+
+    operation_id: str
+    session_id: str
+    tool: ToolDefinition
+    args: JsonValue = None
+    mode: DispatchMode = DispatchMode.RUN
+    #: who runs it; written in the container's labels for the reaper and operators
+    executor: str = ""
+
+
+class RunOutcome(Frozen):
+    """What a finished run did. ``output`` is the parsed stdout (None unless it was
+    valid JSON); ``stdout_tail`` keeps the raw end of it for diagnosis."""
+
+    termination: Termination
+    exit_code: int | None = None
+    output: JsonValue = None
+    log_tail: str = ""
+    stdout_tail: str = ""
+    truncated: bool = False
+    container: str
+    reconnected: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    detail: str = ""
+
+
+class RunState(StrEnum):
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+class OwnedRun(Frozen):
+    """A container this deployment started, as the reaper sees it."""
+
+    name: str
+    operation_id: str
+    session_id: str
+    mode: DispatchMode
+    state: RunState
+    deadline: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Sandbox(Protocol):
+    async def run(self, spec: RunSpec) -> RunOutcome:
+        """Start the run, or reconnect to the one already named for this operation, and
+        wait for it to end; the container stays until ``remove``."""
+        ...
+
+    async def state(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> RunState | None:
+        """Whether a container for this run exists, and in which state."""
+        ...
+
+    async def kill(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> bool:
+        """Kill and remove the run's container; True once it is certainly gone."""
+        ...
+
+    async def remove(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> None:
+        """Remove an ended run's container (absent is fine)."""
+        ...
+
+    async def owned(self) -> list[OwnedRun]:
+        """Containers of this deployment (by owner label), for the reaper."""
+        ...
+
+    async def image_id(self, image: str) -> str:
+        """The local id of ``image`` (``NotFound`` when missing)."""
+        ...
+
+    async def image_labels(self, image: str) -> dict[str, Any]:
+        """The labels of ``image`` (``NotFound`` when missing)."""
+        ...
+
+    async def close(self) -> None: ...
