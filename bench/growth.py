@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import median
-from brain.crashpoints import CrashPoints
+from runtime.crashpoints import CrashPoints
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.services import Services

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.stats import median
 from brain.context import PhaseContext
-from brain.crashpoints import CrashPoints
+from runtime.crashpoints import CrashPoints
 from brain.outcome import Done, Next, PhaseOutcome
 from brain.registry import Registry, TaskKind
 from brain.runner import SessionRunner

@@ -61,7 +61,7 @@ class PhaseContext:
         return [e for e in await self._handle.entries() if e.conversation_id == conversation_id]
 
     def crash_point(self, name: str) -> None:
-        """A moment where a crash is worth testing (see ``brain.crashpoints``)."""
+        """A moment where a crash is worth testing (see ``runtime.crashpoints``)."""
         self.services.crash.reached(name)
 
     def operation_id(self, key: str) -> str:

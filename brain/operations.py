@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import JsonValue
 
-from brain.incarnation import ProcessState, process_state
+from runtime.incarnation import ProcessState, process_state
 from brain.services import Services
 from brain.tools import ToolSpec
 from contracts import (

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from brain.crashpoints import CrashPoints
-from brain.incarnation import this_process
+from runtime.crashpoints import CrashPoints
+from runtime.incarnation import this_process
 from brain.tools import ToolDispatcher
 from session_store import SessionStore
 
@@ -22,7 +22,7 @@ class Services:
 
     ``runner_id`` names this runner incarnation (an operation attempt's ``executor``, a
     task's ``settled_by``, a claim's holder); ``process`` is the process it runs in
-    (``brain.incarnation``). ``inflight`` holds the operations whose calls this runner
+    (``runtime.incarnation``). ``inflight`` holds the operations whose calls this runner
     is making right now. ``takeover_margin`` is added to another executor's attempt
     deadline before a takeover treats that attempt's outcome as unknown: it covers clock
     skew between hosts.

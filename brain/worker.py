@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from brain.agent import agent_kinds
-from brain.crashpoints import CrashPoints
+from runtime.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings

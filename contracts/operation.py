@@ -61,7 +61,7 @@ class Operation(Frozen):
     """One revision of an operation record; ``rev`` counts revisions from 1.
 
     ``attempts`` counts starts; the current one was made by ``executor`` (running in
-    ``process``, see ``brain.incarnation``) and is abandoned by it at ``deadline``: until
+    ``process``, see ``runtime.incarnation``) and is abandoned by it at ``deadline``: until
     then it may still be in flight, and nobody else runs or verifies the operation.
     ``decided_by`` and ``decision`` record who moved it out of ``uncertain``, and why.
     """

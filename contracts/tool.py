@@ -36,6 +36,7 @@ Destination = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?:[0-9]{1,5}$")
 ]
 
+
 def _not_reserved(name: str) -> str:
     if name.startswith("BH_") or name.upper() in _PROXY_VARIABLES:
         raise ValueError(f"{name} is set by the executor; choose another name")

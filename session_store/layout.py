@@ -15,6 +15,7 @@ partition                               item                        value
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
+``catalog/tools``                       ``<name>@<version, 6 dig>`` ToolDefinition (JSON)
 ======================================  ==========================  =====================
 
 On S3 a key is the object ``<prefix>/<partition>/<item>``; on DynamoDB the item's
@@ -102,3 +103,10 @@ def result_partition(operation_id: str) -> str:
 
 
 RESULT_ITEM = "result"
+
+
+TOOLS_PARTITION = "catalog/tools"
+
+
+def tool_item(name: str, version: int) -> str:
+    return f"{name}@{version:06d}"

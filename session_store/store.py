@@ -14,6 +14,7 @@ from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
+from session_store.catalog import ToolCatalog
 from session_store.handle import SessionHandle
 from session_store.index import ActiveIndex
 from session_store.log import CommitLog
@@ -43,6 +44,9 @@ class SessionStore:
             read_only=read_only,
         )
         self.operations = OperationLog(
+            backend, max_record_bytes=settings.max_record_bytes, read_only=read_only
+        )
+        self.tools = ToolCatalog(
             backend, max_record_bytes=settings.max_record_bytes, read_only=read_only
         )
         self.index = ActiveIndex(backend)

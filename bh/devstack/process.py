@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from bh.devstack.poll import poll_until
-from brain.incarnation import run_state, start_ticks
+from runtime.incarnation import run_state, start_ticks
 
 Argv = tuple[str, ...]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from brain.context import PhaseContext
-from brain.crashpoints import CrashPoints
+from runtime.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
 from brain.outcome import Done
 from brain.registry import Backoff, Registry, TaskKind

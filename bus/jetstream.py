@@ -1,0 +1,151 @@
+"""JetStream streams of the tool path, and a connection that publishes with de-duplication.
+
+==================  ==================================  ==========  =======================
+stream              subjects                            retention   consumers
+==================  ==================================  ==========  =======================
+``BH_DISPATCH``     ``tools.dispatch.<tool>``           work queue  Hands (durable pull)
+``BH_RESULTS``      ``tools.results.<session>``         limits      scheduler; runners
+==================  ==================================  ==========  =======================
+
+``tools.cancel`` is plain NATS (every Hands instance hears it; the store records the
+cancellation, so a Hands that missed it still finds it). Every publish carries
+``Nats-Msg-Id``: a repeat inside the duplicate window is dropped by the server, and one
+after it is harmless because executors act on the store, not on the message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from pydantic import BaseModel
+
+from contracts import StoreUnavailable
+from contracts.model import Frozen
+
+log = logging.getLogger(__name__)
+
+DISPATCH_STREAM = "BH_DISPATCH"
+DISPATCH_SUBJECTS = "tools.dispatch.>"
+RESULTS_STREAM = "BH_RESULTS"
+RESULTS_SUBJECTS = "tools.results.>"
+CANCEL_SUBJECT = "tools.cancel"
+
+
+def dispatch_subject(tool: str) -> str:
+    return f"tools.dispatch.{tool}"
+
+
+def result_subject(session_id: str) -> str:
+    return f"tools.results.{session_id}"
+
+
+class BusSettings(Frozen):
+    url: str = "nats://127.0.0.1:4222"
+    duplicate_window: timedelta = timedelta(minutes=2)
+    results_max_age: timedelta = timedelta(days=1)
+    replicas: int = 1
+    connect_timeout: timedelta = timedelta(seconds=5)
+
+
+class Bus:
+    """One NATS connection with the tool path's streams ensured."""
+
+    def __init__(self, nc: Client, settings: BusSettings) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: BusSettings, *, name: str = "brainhands") -> Bus:
+        """Connect (reconnecting forever after a server restart) and ensure the streams."""
+        try:
+            nc = await nats.connect(
+                settings.url,
+                name=name,
+                connect_timeout=settings.connect_timeout.total_seconds(),
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=_log_error,
+            )
+        except (OSError, nats.errors.Error) as error:
+            raise StoreUnavailable(f"NATS is not reachable at {settings.url}: {error}") from None
+        bus = cls(nc, settings)
+        await bus.ensure_streams()
+        return bus
+
+    async def ensure_streams(self) -> None:
+        window = self.settings.duplicate_window.total_seconds()
+        await self._ensure(
+            StreamConfig(
+                name=DISPATCH_STREAM,
+                subjects=[DISPATCH_SUBJECTS],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+                duplicate_window=window,
+                num_replicas=self.settings.replicas,
+            )
+        )
+        await self._ensure(
+            StreamConfig(
+                name=RESULTS_STREAM,
+                subjects=[RESULTS_SUBJECTS],
+                retention=RetentionPolicy.LIMITS,
+                storage=StorageType.FILE,
+                duplicate_window=window,
+                max_age=self.settings.results_max_age.total_seconds(),
+                num_replicas=self.settings.replicas,
+            )
+        )
+
+    async def _ensure(self, config: StreamConfig) -> None:
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await self.js.update_stream(config)  # exists with other settings: align them
+        except (nats.errors.Error, OSError) as error:
+            raise StoreUnavailable(f"cannot create stream {config.name}: {error}") from None
+
+    async def publish(self, subject: str, message: BaseModel, *, msg_id: str) -> bool:
+        """Publish durably (waits for the stream's ack); False if it was a duplicate."""
+        try:
+            ack = await self.js.publish(
+                subject,
+                message.model_dump_json().encode(),
+                headers={"Nats-Msg-Id": msg_id},
+                timeout=10,
+            )
+        except (TimeoutError, nats.errors.Error, OSError) as error:
+            raise StoreUnavailable(f"could not publish {msg_id} on {subject}: {error}") from None
+        return not ack.duplicate
+
+    async def broadcast(self, subject: str, message: BaseModel) -> None:
+        """Plain NATS publish (no stream): for every current listener, lost if none."""
+        try:
+            await self.nc.publish(subject, message.model_dump_json().encode())
+            await self.nc.flush(timeout=5)
+        except (TimeoutError, nats.errors.Error, OSError) as error:
+            raise StoreUnavailable(f"could not publish on {subject}: {error}") from None
+
+    async def listen(self, subject: str, handler: Callable[[Msg], Awaitable[None]]) -> Any:
+        """A plain subscription (e.g. to a session's results): hints, not the truth."""
+        return await self.nc.subscribe(subject, cb=handler)
+
+    async def close(self) -> None:
+        try:
+            await self.nc.drain()
+        except (TimeoutError, nats.errors.Error, OSError):
+            await self.nc.close()
+
+
+async def _log_error(error: Exception) -> None:
+    log.warning("nats: %s", error)

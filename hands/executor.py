@@ -1,0 +1,497 @@
+"""Bringing one dispatched operation to a result, exactly once, whatever died before.
+
+The store decides, the bus only delivers. For each dispatch the executor:
+
+1. answers at once if the operation already has a result (a repeat: publish it again);
+2. checks the request: a known tool at that version, arguments within the size limit and
+   valid against the tool's schema — otherwise an explicit failed result, no container;
+3. records the operation (create-once, from the committed intent) and **claims** it: a
+   create-once revision naming this executor, so two executors never both act;
+4. runs it in the sandbox by operation id. What it finds decides how:
+
+   =====================================  ==========================================
+   found                                  what happens (``path`` of the result)
+   =====================================  ==========================================
+   a container named for the operation    reconnect: wait for it or collect it; the
+                                          action is never started again (``executed``)
+   no container, no earlier attempt       start it (``executed``)
+   no container, an earlier attempt      the outcome is unknown: replay-safe → run
+   (its executor died before a result)    again with the same id (``replayed``);
+                                          unsafe with a query → ask (``verified``,
+                                          or run when not found); unsafe without →
+                                          ``uncertain``, for an operator; never re-run
+   =====================================  ==========================================
+
+5. writes the result once (a stale executor's later write is refused; an identical one
+   is accepted), closes the record, publishes the result event, and removes the
+   container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import jsonschema
+
+from contracts import (
+    AlreadyExists,
+    BlobRef,
+    BrainhandsError,
+    ConflictError,
+    ErrorInfo,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Operation,
+    OperationMismatch,
+    OperationResult,
+    OperationStatus,
+    ReplayPolicy,
+    utcnow,
+)
+from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
+from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox
+from runtime.crashpoints import CrashPoints
+from session_store import SessionStore
+
+log = logging.getLogger(__name__)
+
+#: Largest frozen arguments a dispatch may carry (they travel in the container's env).
+MAX_ARGUMENT_BYTES = 64 * 1024
+#: Outputs larger than this are stored as a blob referenced by the result.
+INLINE_RESULT_BYTES = 16 * 1024
+
+Publish = Callable[[ResultEvent], Awaitable[None]]
+
+
+class Busy(BrainhandsError):
+    """Another executor claimed the operation a moment ago; look again later."""
+
+    code = "operation_busy"
+    retryable = True
+
+
+class Executor:
+    """Runs dispatched operations for one Hands instance (``executor_id``)."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        sandbox: Sandbox,
+        publish: Publish,
+        executor_id: str,
+        crash: CrashPoints | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        grace: timedelta = timedelta(seconds=30),
+    ) -> None:
+        self.store = store
+        self.sandbox = sandbox
+        self.publish = publish
+        self.executor_id = executor_id
+        self.crash = crash or CrashPoints()
+        self.clock = clock
+        self.grace = grace
+
+    async def handle(self, dispatch: Dispatch) -> OperationResult | None:
+        """Bring ``dispatch``'s operation to a result and announce it. None: parked as
+        uncertain (an operator decides). ``Busy``: another executor holds it."""
+        existing = await self.store.get_operation_result(dispatch.operation_id)
+        if existing is not None:
+            await self._announce(existing)
+            return existing
+        definition, problem = await self._check(dispatch)
+        record = await self._record(dispatch)
+        if record.status is OperationStatus.UNCERTAIN:
+            return None
+        if problem is not None:
+            return await self._settle(record, _refusal(dispatch, problem))
+        assert definition is not None
+        return await self._run(record, definition, dispatch)
+
+    async def give_up(self, dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:
+        """Record a dispatch that could not be brought to an outcome as failed."""
+        existing = await self.store.get_operation_result(dispatch.operation_id)
+        if existing is not None:
+            return existing
+        record = await self._record(dispatch)
+        return await self._settle(record, _refusal(dispatch, problem))
+
+    async def verify(self, operation_id: str) -> OperationResult | None:
+        """Ask the tool's query entry point whether the operation happened; a found
+        outcome becomes its result. None: not found (nothing is recorded)."""
+        record = await self.store.get_operation(operation_id)
+        if record is None:
+            raise _not_on_record(operation_id)
+        existing = await self.store.get_operation_result(operation_id)
+        if existing is not None:
+            return existing
+        definition = await self._definition(record.tool, record.tool_version)
+        outcome = await self._query(record, definition)
+        if outcome is None:
+            return None
+        return await self._settle(record, outcome, decision="verified by its query entry point")
+
+    async def cancel(self, operation_id: str, reason: str) -> OperationResult | None:
+        """Kill the operation's container (checking it is gone) and record ``cancelled``;
+        an operation that already has a result keeps it."""
+        record = await self.store.get_operation(operation_id)
+        if record is None:
+            raise _not_on_record(operation_id)
+        existing = await self.store.get_operation_result(operation_id)
+        if existing is not None:
+            return existing
+        if not await self.sandbox.kill(operation_id):
+            raise Busy(f"the container of {operation_id} could not be removed yet")
+        result = OperationResult(
+            operation_id=operation_id,
+            session_id=record.session_id,
+            succeeded=False,
+            error=ErrorInfo(code="cancelled", message=reason),
+            termination=Termination.CANCELLED.value,
+            executor=self.executor_id,
+        )
+        return await self._settle(record, result, decision=reason)
+
+    # -- checks ----------------------------------------------------------------------
+
+    async def _check(self, dispatch: Dispatch) -> tuple[ToolDefinition | None, ErrorInfo | None]:
+        definition = await self.store.tools.get(dispatch.tool, dispatch.tool_version)
+        if definition is None:
+            return None, ErrorInfo(
+                code="not_found",
+                message=f"tool {dispatch.tool}@{dispatch.tool_version} is not registered",
+            )
+        size = len(json.dumps(dispatch.args).encode())
+        if size > MAX_ARGUMENT_BYTES:
+            return definition, ErrorInfo(
+                code="payload_too_large",
+                message=(
+                    f"arguments of {definition.ref} are {size:,} bytes; the limit is "
+                    f"{MAX_ARGUMENT_BYTES:,}"
+                ),
+                details={"size": size, "limit": MAX_ARGUMENT_BYTES},
+            )
+        problem = _schema_problem(definition, dispatch.args)
+        return definition, problem
+
+    async def _definition(self, tool: str, version: int | None) -> ToolDefinition:
+        definition = await self.store.tools.get(tool, version)
+        if definition is None:
+            raise _not_registered(tool, version)
+        return definition
+
+    async def _record(self, dispatch: Dispatch) -> Operation:
+        """The operation's record, created from the committed intent if this is its first
+        delivery; a record of another session, task, tool or arguments is refused."""
+        record = await self.store.get_operation(dispatch.operation_id)
+        if record is None:
+            intent = Operation(
+                operation_id=dispatch.operation_id,
+                session_id=dispatch.session_id,
+                task_id=dispatch.task_id,
+                tool=dispatch.tool,
+                tool_version=dispatch.tool_version,
+                args=dispatch.args,
+                replay=dispatch.replay,
+            )
+            try:
+                record = await self.store.create_operation(intent)
+            except AlreadyExists:
+                record = await self.store.get_operation(dispatch.operation_id)
+                assert record is not None
+        _check_same(record, dispatch)
+        return record
+
+    # -- running ---------------------------------------------------------------------
+
+    async def _run(
+        self, record: Operation, definition: ToolDefinition, dispatch: Dispatch
+    ) -> OperationResult | None:
+        state = await self.sandbox.state(record.operation_id)
+        started_before = record.attempts > 0 or record.status is OperationStatus.RUNNING
+        if state is None and started_before:
+            return await self._recover(record, definition, dispatch)
+        claimed = await self._claim(record, definition, new_attempt=state is None)
+        self.crash.reached("hands:claimed")
+        outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
+        return await self._finish(claimed, outcome, "executed")
+
+    async def _recover(
+        self, record: Operation, definition: ToolDefinition, dispatch: Dispatch
+    ) -> OperationResult | None:
+        """An earlier attempt left no container and no result: its outcome is unknown."""
+        if definition.replay is ReplayPolicy.SAFE:
+            claimed = await self._claim(record, definition, new_attempt=True)
+            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
+            return await self._finish(claimed, outcome, "replayed")
+        if definition.queryable:
+            claimed = await self._claim(record, definition, new_attempt=False)
+            found = await self._query(claimed, definition)
+            if found is not None:
+                return await self._settle(claimed, found)
+            retry = await self._claim(claimed, definition, new_attempt=True)
+            outcome = await self._sandboxed(retry, definition, DispatchMode.RUN)
+            return await self._finish(retry, outcome, "executed")
+        reason = (
+            f"operation {record.operation_id} ({definition.ref}) may have run in attempt "
+            f"{record.attempts} (its executor {record.executor} died before a result); "
+            f"{definition.name} is not replay-safe and has no query, so it is not re-run: "
+            "an operator must decide"
+        )
+        with contextlib.suppress(ConflictError, InvalidTransition):
+            await self.store.transition_operation(record, OperationStatus.UNCERTAIN, reason=reason)
+        log.warning("%s", reason)
+        return None
+
+    async def _claim(
+        self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
+    ) -> Operation:
+        """A create-once revision naming this executor; of several claimers one wins."""
+        deadline = self.clock() + timedelta(seconds=definition.timeout_s) + self.grace
+        try:
+            return await self.store.transition_operation(
+                record,
+                OperationStatus.RUNNING,
+                executor=self.executor_id,
+                process=None,
+                deadline=deadline,
+                attempts=record.attempts + (1 if new_attempt else 0),
+            )
+        except ConflictError as error:
+            raise Busy(
+                f"operation {record.operation_id} was claimed by another executor"
+            ) from error
+
+    async def _sandboxed(
+        self, record: Operation, definition: ToolDefinition, mode: DispatchMode
+    ) -> RunOutcome:
+        spec = RunSpec(
+            operation_id=record.operation_id,
+            session_id=record.session_id,
+            tool=definition,
+            args=record.args,
+            mode=mode,
+            executor=self.executor_id,
+        )
+        self.crash.reached(f"hands:before_start:{mode.value}")
+        return await self.sandbox.run(spec)
+
+    async def _query(self, record: Operation, definition: ToolDefinition) -> OperationResult | None:
+        """Run the query entry point; the found outcome as a result, or None."""
+        if not definition.queryable:
+            raise _no_query(definition)
+        outcome = await self._sandboxed(record, definition, DispatchMode.QUERY)
+        await self.sandbox.remove(record.operation_id, DispatchMode.QUERY)
+        answer = outcome.output if isinstance(outcome.output, dict) else {}
+        if outcome.termination is not Termination.EXITED or outcome.exit_code != 0:
+            raise Busy(
+                f"the query of {record.operation_id} did not answer "
+                f"({outcome.termination.value}, exit {outcome.exit_code}): {outcome.detail}"
+            )
+        if not answer.get("found"):
+            return None
+        return await self._result(record, outcome, "verified", output=answer.get("output"))
+
+    async def _finish(
+        self, record: Operation, outcome: RunOutcome, path: str
+    ) -> OperationResult | None:
+        if await self._cancelled_meanwhile(record):
+            return await self.store.get_operation_result(record.operation_id)
+        result = await self._result(record, outcome, path)
+        self.crash.reached("hands:collected")
+        settled = await self._settle(record, result)
+        await self.sandbox.remove(record.operation_id)
+        return settled
+
+    async def _cancelled_meanwhile(self, record: Operation) -> bool:
+        current = await self.store.get_operation(record.operation_id)
+        return current is not None and current.status is OperationStatus.CANCELLED
+
+    async def _result(
+        self, record: Operation, outcome: RunOutcome, path: str, *, output: Any = None
+    ) -> OperationResult:
+        """The result of a run; a verified run's output is what the query found."""
+        verified = path == "verified"
+        exited_ok = outcome.termination is Termination.EXITED and outcome.exit_code == 0
+        succeeded = verified or exited_ok
+        inline, blob = await self._stored(output if verified else outcome.output)
+        return OperationResult(
+            operation_id=record.operation_id,
+            session_id=record.session_id,
+            succeeded=succeeded,
+            output=inline,
+            blob=blob,
+            error=None if succeeded else _error_of(record, outcome),
+            termination=outcome.termination.value,
+            exit_code=outcome.exit_code,
+            log_tail=outcome.log_tail,
+            truncated=outcome.truncated,
+            path=path,
+            executor=self.executor_id,
+            container=outcome.container,
+            started_at=outcome.started_at,
+        )
+
+    async def _stored(self, value: Any) -> tuple[Any, BlobRef | None]:
+        data = json.dumps(value).encode()
+        if len(data) <= INLINE_RESULT_BYTES:
+            return value, None
+        return None, await self.store.put_blob(data, "application/json")
+
+    async def _settle(
+        self, record: Operation, result: OperationResult, *, decision: str | None = None
+    ) -> OperationResult:
+        """Write the result once (the truth), close the record, announce it."""
+        try:
+            stored = await self.store.put_operation_result(result)
+        except AlreadyExists:
+            # Another executor (or a stale one of ours) wrote first: its result stands.
+            found = await self.store.get_operation_result(result.operation_id)
+            assert found is not None
+            stored = found
+        self.crash.reached("hands:result_written")
+        await self._close(record, stored, decision)
+        await self._announce(stored)
+        return stored
+
+    async def _close(
+        self, record: Operation, result: OperationResult, decision: str | None
+    ) -> None:
+        status = _STATUS_OF.get(result.termination or "") or (
+            OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED
+        )
+        current = await self.store.get_operation(record.operation_id) or record
+        if current.status.is_final:
+            return
+        extra: dict[str, Any] = {}
+        if current.status is OperationStatus.UNCERTAIN:
+            extra = {"decided_by": self.executor_id, "decision": decision or "result found"}
+        with contextlib.suppress(ConflictError, InvalidTransition):
+            await self.store.transition_operation(current, status, **extra)
+
+    async def _announce(self, result: OperationResult) -> None:
+        event = ResultEvent(
+            operation_id=result.operation_id,
+            session_id=result.session_id,
+            succeeded=result.succeeded,
+            termination=Termination(result.termination) if result.termination else None,
+        )
+        await self.publish(event)
+        self.crash.reached("hands:published")
+
+    async def reconcile(self) -> list[str]:
+        """Reap: remove containers of settled operations; collect exited ones whose
+        executor died; kill ones far past their deadline. Returns what it touched."""
+        touched: list[str] = []
+        for run in await self.sandbox.owned():
+            result = await self.store.get_operation_result(run.operation_id)
+            overdue = run.deadline is not None and self.clock() > run.deadline + self.grace
+            if result is not None:
+                await self.sandbox.remove(run.operation_id, run.mode)
+            elif run.mode is DispatchMode.RUN and (run.state is RunState.EXITED or overdue):
+                record = await self.store.get_operation(run.operation_id)
+                if record is None:
+                    continue
+                if overdue and run.state is not RunState.EXITED:
+                    await self.sandbox.kill(run.operation_id)
+                    continue
+                definition = await self._definition(record.tool, record.tool_version)
+                outcome = await self._sandboxed(record, definition, DispatchMode.RUN)
+                await self._finish(record, outcome, "executed")
+            elif overdue:
+                await self.sandbox.kill(run.operation_id, run.mode)
+            else:
+                continue
+            touched.append(run.name)
+        return touched
+
+
+_STATUS_OF = {Termination.CANCELLED.value: OperationStatus.CANCELLED}
+
+
+def _error_of(record: Operation, outcome: RunOutcome) -> ErrorInfo:
+    output = outcome.output if isinstance(outcome.output, dict) else {}
+    said = output.get("error")
+    messages = {
+        Termination.EXITED: f"exited with code {outcome.exit_code}",
+        Termination.TIMEOUT: f"did not finish within its timeout ({outcome.detail})",
+        Termination.OOM_KILLED: "was killed for exceeding its memory limit",
+        Termination.CANCELLED: "was cancelled",
+        Termination.OUTPUT_LIMIT: "printed more than its output limit and was stopped",
+        Termination.INVALID_OUTPUT: "exited 0 but its output is not one JSON document",
+        Termination.SANDBOX_ERROR: f"could not be run: {outcome.detail}",
+    }
+    message = f"{record.tool} {messages[outcome.termination]}"
+    if said:
+        message = f"{message}: {str(said)[:500]}"
+    return ErrorInfo(
+        code="tool_failed" if outcome.termination is Termination.EXITED else outcome.termination,
+        message=message,
+        details={"termination": outcome.termination.value, "exit_code": outcome.exit_code},
+    )
+
+
+def _refusal(dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:
+    return OperationResult(
+        operation_id=dispatch.operation_id,
+        session_id=dispatch.session_id,
+        succeeded=False,
+        error=problem,
+        path="refused",
+    )
+
+
+def _schema_problem(definition: ToolDefinition, args: Any) -> ErrorInfo | None:
+    if not isinstance(args, dict):
+        return ErrorInfo(
+            code="invalid_input", message=f"arguments of {definition.ref} must be a JSON object"
+        )
+    validator = jsonschema.Draft202012Validator(definition.parameters)
+    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+    if not problems:
+        return None
+    first = problems[0]
+    where = "/".join(str(part) for part in first.absolute_path) or "(top level)"
+    return ErrorInfo(
+        code="invalid_input",
+        message=f"arguments of {definition.ref} are invalid at {where}: {first.message}",
+        details={"field": where, "problems": len(problems)},
+    )
+
+
+def _check_same(record: Operation, dispatch: Dispatch) -> None:
+    differences = [
+        what
+        for what, same in (
+            ("session", record.session_id == dispatch.session_id),
+            ("task", record.task_id == dispatch.task_id),
+            ("tool", record.tool == dispatch.tool),
+            ("arguments", record.args == dispatch.args),
+        )
+        if not same
+    ]
+    if differences:
+        raise OperationMismatch(
+            f"operation {record.operation_id} is on record with another "
+            f"{', '.join(differences)} than this dispatch; it is not run for it",
+            operation_id=record.operation_id,
+            differs=differences,
+        )
+
+
+def _not_on_record(operation_id: str) -> BrainhandsError:
+    return NotFound(f"operation {operation_id!r} is not on record", operation_id=operation_id)
+
+
+def _not_registered(tool: str, version: int | None) -> BrainhandsError:
+    return NotFound(f"tool {tool}@{version} is not registered", tool=tool)
+
+
+def _no_query(definition: ToolDefinition) -> BrainhandsError:
+    return InvalidInput(f"tool {definition.ref} has no query entry point")

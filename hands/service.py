@@ -1,0 +1,228 @@
+"""The Hands service: pull dispatches from JetStream and run them, within a limit.
+
+Any number of instances share one durable pull consumer of the work-queue stream. Each
+fetches only as many messages as it has free slots (admission control: a busy instance
+leaves work in the stream for others instead of overloading itself), keeps long runs
+alive with in-progress acks, and acks only once the operation's result is in the store.
+A message that exhausts its deliveries becomes a failed result with the reason (the
+server's max-deliveries advisory), never a silent drop. It also listens for
+cancellations and reaps containers it owns (on start and periodically).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig
+from pydantic import ValidationError
+
+from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
+from contracts import BrainhandsError, ErrorInfo, OperationMismatch
+from contracts.model import Frozen
+from contracts.tool import Cancellation, Dispatch, ResultEvent
+from hands.executor import Busy, Executor, Publish
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "hands"
+ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{DISPATCH_STREAM}.{CONSUMER}"
+
+
+class ConsumerSettings(Frozen):
+    concurrency: int = 4
+    ack_wait: timedelta = timedelta(seconds=30)
+    max_deliver: int = 5
+    retry_delay: timedelta = timedelta(seconds=2)
+    reap_every: timedelta = timedelta(seconds=60)
+
+
+class HandsService:
+    """``async with HandsService(...) as hands: await hands.run()``; ``shutdown()``."""
+
+    def __init__(self, *, bus: Bus, executor: Executor, settings: ConsumerSettings) -> None:
+        self.bus = bus
+        self.executor = executor
+        self.settings = settings
+        self._busy = 0
+        self._freed = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._subscriptions: list[Any] = []
+        self.handled = 0
+
+    async def __aenter__(self) -> HandsService:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.shutdown()
+
+    async def run(self) -> None:
+        """Consume until ``shutdown``."""
+        pull = await self._consumer()
+        self._subscriptions.append(await self.bus.listen(ADVISORY, self._on_exhausted))
+        self._subscriptions.append(await self.bus.listen(CANCEL_SUBJECT, self._on_cancel))
+        reaper = asyncio.create_task(self._reap_periodically())
+        try:
+            while not self._stopping.is_set():
+                free = self.settings.concurrency - self._busy
+                if free <= 0:  # full: leave the work in the stream for other instances
+                    self._freed.clear()
+                    await self._freed.wait()
+                    continue
+                for message in await self._fetch(pull, free):
+                    self._start(message)
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+
+    async def shutdown(self, graceful: timedelta = timedelta(seconds=10)) -> None:
+        """Stop fetching; let running operations finish (or leave them to redelivery)."""
+        self._stopping.set()
+        for subscription in self._subscriptions:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+        self._subscriptions.clear()
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=graceful.total_seconds())
+        for running in self._running:
+            running.cancel()
+
+    async def _consumer(self) -> Any:
+        config = ConsumerConfig(
+            durable_name=CONSUMER,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.settings.ack_wait.total_seconds(),
+            max_deliver=self.settings.max_deliver,
+            max_ack_pending=-1,
+            filter_subject=DISPATCH_SUBJECTS,
+        )
+        return await self.bus.js.pull_subscribe(
+            DISPATCH_SUBJECTS, durable=CONSUMER, stream=DISPATCH_STREAM, config=config
+        )
+
+    async def _fetch(self, pull: Any, batch: int) -> list[Msg]:
+        try:
+            messages: list[Msg] = await pull.fetch(batch, timeout=1)
+            return messages
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        except (nats.errors.Error, OSError) as error:  # e.g. the server restarting
+            log.warning("fetch failed (%s); retrying", error)
+            await asyncio.sleep(0.5)
+            return []
+
+    def _start(self, message: Msg) -> None:
+        self._busy += 1
+        running = asyncio.create_task(self._handle(message))
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
+
+    async def _handle(self, message: Msg) -> None:
+        keepalive = asyncio.create_task(self._keep_alive(message))
+        try:
+            await self._process(message)
+        finally:
+            keepalive.cancel()
+            self._busy -= 1
+            self._freed.set()
+            self.handled += 1
+
+    async def _process(self, message: Msg) -> None:
+        try:
+            dispatch = Dispatch.model_validate_json(message.data)
+        except ValidationError as error:
+            log.error("dropping a malformed dispatch: %s", error.errors()[0]["msg"])
+            await _settle_message(message.term())
+            return
+        try:
+            await self.executor.handle(dispatch)
+        except Busy as busy:
+            log.info("%s: %s", dispatch.operation_id, busy.message)
+            await _settle_message(message.nak(delay=self.settings.retry_delay.total_seconds()))
+            return
+        except OperationMismatch as error:
+            log.error("%s: %s", dispatch.operation_id, error.message)
+            await _settle_message(message.term())
+            return
+        except BrainhandsError as error:
+            log.warning(
+                "%s: %s (%s); redelivering", dispatch.operation_id, error.message, error.code
+            )
+            await _settle_message(message.nak(delay=self.settings.retry_delay.total_seconds()))
+            return
+        self.executor.crash.reached("hands:before_ack")
+        await _settle_message(message.ack())
+
+    async def _keep_alive(self, message: Msg) -> None:
+        every = self.settings.ack_wait.total_seconds() / 3
+        while True:
+            await asyncio.sleep(every)
+            await _settle_message(message.in_progress())
+
+    async def _on_exhausted(self, advisory: Msg) -> None:
+        """A dispatch was delivered ``max_deliver`` times without an outcome: record it as
+        failed with the reason, so the waiting task learns instead of waiting forever."""
+        try:
+            sequence = int(json.loads(advisory.data)["stream_seq"])
+            raw = await self.bus.js.get_msg(DISPATCH_STREAM, sequence)
+            dispatch = Dispatch.model_validate_json(raw.data or b"")
+        except (KeyError, ValueError, ValidationError, nats.errors.Error) as error:
+            log.warning("max-deliveries advisory not usable: %s", error)
+            return
+        problem = ErrorInfo(
+            code="delivery_exhausted",
+            message=(
+                f"dispatch of {dispatch.operation_id} was delivered "
+                f"{self.settings.max_deliver} times without an outcome; giving up"
+            ),
+        )
+        try:
+            await self.executor.give_up(dispatch, problem)
+            await self.bus.js.delete_msg(DISPATCH_STREAM, sequence)
+        except (BrainhandsError, nats.errors.Error) as error:
+            log.warning("%s: could not record exhaustion: %s", dispatch.operation_id, error)
+
+    async def _on_cancel(self, message: Msg) -> None:
+        try:
+            cancellation = Cancellation.model_validate_json(message.data)
+        except ValidationError:
+            return
+        try:
+            await self.executor.cancel(cancellation.operation_id, cancellation.reason)
+        except BrainhandsError as error:
+            log.warning("cancel %s: %s", cancellation.operation_id, error.message)
+
+    async def _reap_periodically(self) -> None:
+        while True:
+            try:
+                touched = await self.executor.reconcile()
+                if touched:
+                    log.info("reaped %d container(s): %s", len(touched), ", ".join(touched))
+            except BrainhandsError as error:
+                log.warning("reaping failed: %s", error.message)
+            await asyncio.sleep(self.settings.reap_every.total_seconds())
+
+
+def publisher(bus: Bus) -> Publish:
+    """The executor's ``publish``: result events with ``Nats-Msg-Id`` = operation id."""
+
+    async def publish(event: ResultEvent) -> None:
+        await bus.publish(result_subject(event.session_id), event, msg_id=event.operation_id)
+
+    return publish
+
+
+async def _settle_message(call: Any) -> None:
+    """Ack/nak/term: the server may have gone or the message be already settled; the store
+    holds the truth, so a lost ack only means a harmless redelivery."""
+    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError):
+        await call
