@@ -88,7 +88,9 @@ class Sandbox(Protocol):
         wait for it to end; the container stays until ``remove``."""
         ...
 
-    async def state(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> RunState | None:
+    async def state(
+        self, operation_id: str, mode: DispatchMode = DispatchMode.RUN
+    ) -> RunState | None:
         """Whether a container for this run exists, and in which state."""
         ...
 
