@@ -32,6 +32,7 @@ class CommitBuilder:
         self._entries: list[Entry] = []
         self._documents: list[DocumentWrite] = []
         self._outbox: list[OutboxMessage] = []
+        self._sent: list[str] = []
         self._applied: list[str] = []
 
     def task(self, task_id: str) -> Task:
@@ -116,6 +117,10 @@ class CommitBuilder:
         for spec in effects.spawn:
             self.create(spec, parent_id=parent_id)
 
+    def mark_sent(self, message_ids: list[str]) -> None:
+        """Outbox messages the relay published: no longer pending."""
+        self._sent.extend(i for i in message_ids if i in self._state.outbox)
+
     def build(self) -> Commit:
         return Commit(
             entries=tuple(self._entries),
@@ -123,5 +128,6 @@ class CommitBuilder:
             tasks=tuple(self._tasks.values()),
             submissions=tuple(self._submissions.values()),
             outbox=tuple(self._outbox),
+            outbox_done=tuple(self._sent),
             applied_operations=tuple(self._applied),
         )

@@ -21,9 +21,10 @@ from brain import decide, planner
 from brain.builder import CommitBuilder
 from brain.context import PhaseContext
 from brain.ingest import ingest, root_task_id
-from brain.operations import OperationInFlight, OperationParked
-from brain.outcome import Fail, PhaseOutcome, Retry, Wait
+from brain.operations import Dispatched, OperationInFlight, OperationParked
+from brain.outcome import Effects, Fail, PhaseOutcome, Retry, Wait
 from brain.registry import TaskKind
+from bus import dispatch_subject
 from contracts import (
     BrainhandsError,
     ConflictError,
@@ -32,6 +33,7 @@ from contracts import (
     InvalidInput,
     LeaseLost,
     NotFound,
+    OutboxMessage,
     Parked,
     Refused,
     StoreUnavailable,
@@ -66,6 +68,8 @@ class Drive:
         self.cancel_notes: dict[str, str] = {}
         self.refused: dict[str, ErrorInfo] = {}
         self.plan = planner.Plan()
+        #: awaited operations without a result at the last planning pass
+        self.awaiting: set[str] = set()
 
     async def run(self, fence: int | None) -> bool:
         """Drive until nothing can move; False when a newer holder fenced this one out."""
@@ -82,10 +86,12 @@ class Drive:
     async def _loop(self) -> None:
         while True:
             self.changed.clear()
+            await self._relay()
             progressed = await self._advance()
             if not self.inflight:
                 if progressed or await self.handle.refresh():
                     continue
+                await self._relay()
                 return
             waiter = asyncio.ensure_future(self.changed.wait())
             done, _ = await asyncio.wait(
@@ -285,6 +291,8 @@ class Drive:
                 reason=f"uncertain: {parked.message}",
                 parked=Parked(operation_id=parked.operation_id, reason=parked.message),
             )
+        except Dispatched as sent:
+            return self._waiting_for(sent)
         except OperationInFlight as busy:
             return Retry(reason=busy.message, delay=busy.until - self.services.clock())
         except BrainhandsError as error:
@@ -296,6 +304,39 @@ class Drive:
             return Retry(reason=f"{type(error).__name__}: {error}")
         finally:
             self.handlers.pop(task.id, None)
+
+    def _waiting_for(self, sent: Dispatched) -> Wait:
+        """One commit: the intent (as the dispatch outbox message) and the task waiting on
+        the operation, re-entering this phase when its result is in the store."""
+        dispatch = sent.dispatch
+        message = OutboxMessage(
+            id=dispatch.operation_id,
+            topic=dispatch_subject(dispatch.tool),
+            payload=dispatch.model_dump(mode="json"),
+        )
+        pending = dispatch.operation_id in self.handle.state.outbox
+        task = self.handle.state.tasks[dispatch.task_id or ""]
+        return Wait(
+            operations=(dispatch.operation_id,),
+            next_phase=task.phase,
+            reason=sent.message,
+            effects=Effects(outbox=() if pending else (message,)),
+        )
+
+    async def _relay(self) -> None:
+        """Publish the outbox (after its commit: persist, then adopt), then record the
+        messages as sent. A crash in between publishes them again on the next drive;
+        the bus drops the repeat (``Nats-Msg-Id``) and executors act on the store."""
+        relay = self.services.relay
+        pending = list(self.handle.state.outbox.values())
+        if relay is None or not pending:
+            return
+        sent = await relay.publish(pending)
+
+        def build(b: CommitBuilder) -> None:
+            b.mark_sent(sent)
+
+        await self._commit(build, "relay", wake=lambda: False)
 
     async def _commit(
         self,
@@ -340,6 +381,7 @@ class Drive:
         missing = sorted({t for wait in waiting if wait for t in wait.tasks} - state.tasks.keys())
         store = self.runner.store
         settled = {op for op in operations if await store.get_operation_result(op) is not None}
+        self.awaiting = set(operations) - settled
         archived = {}
         for task_id in missing:
             found = await self.handle.task(task_id)

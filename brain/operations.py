@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 from pydantic import JsonValue
 
-from runtime.incarnation import ProcessState, process_state
 from brain.services import Services
 from brain.tools import ToolSpec
 from contracts import (
@@ -61,10 +60,14 @@ from contracts import (
     ToolFailed,
 )
 from contracts.model import Frozen
+from contracts.tool import Dispatch
+from runtime.incarnation import ProcessState, process_state
 
 log = logging.getLogger(__name__)
 
 RecoveryPath = Literal["executed", "verified", "replayed", "reused"]
+
+_HANDS_PATHS = ("executed", "verified", "replayed")
 
 #: Outputs larger than this are stored as a blob referenced by the result record.
 INLINE_RESULT_BYTES = 16 * 1024
@@ -107,6 +110,21 @@ class OperationInFlight(BrainhandsError):
         self.until = until
 
 
+class Dispatched(BrainhandsError):
+    """A sandboxed tool's call has no result yet: commit ``dispatch`` as the operation's
+    intent (an outbox message) and wait for its result; the Hands run it."""
+
+    code = "operation_dispatched"
+
+    def __init__(self, dispatch: Dispatch) -> None:
+        super().__init__(
+            f"{dispatch.tool}@{dispatch.tool_version} ({dispatch.operation_id}) runs on the "
+            "Hands; waiting for its result",
+            operation_id=dispatch.operation_id,
+        )
+        self.dispatch = dispatch
+
+
 class RecoveryPending(BrainhandsError):
     """The outcome is still unknown after recovering once; try again on a later attempt."""
 
@@ -133,6 +151,8 @@ class Operations:
             raise InvalidInput(f"unknown tool {tool!r}")
         frozen = _frozen(args)
         op_id = self.id_for(key)
+        if spec.sandboxed:
+            return await self._sandboxed(op_id, spec, frozen)
         store = self._services.store
         record = await store.get_operation(op_id)
         if record is None:  # intent before action: no record, nothing happened yet
@@ -150,6 +170,34 @@ class Operations:
             raise OperationParked(await self._park(record, reason), operation_id=op_id)
         self._wait_if_in_flight(record)
         return await self._recover(record, spec)
+
+    async def _sandboxed(self, op_id: str, spec: ToolSpec, args: JsonValue) -> Performed:
+        """The Hands' result when it is in the store; otherwise the call becomes an
+        intent to commit (``Dispatched``). An intent committed earlier is dispatched
+        again: a repeat is the same operation, never a second action."""
+        store = self._services.store
+        record = await store.get_operation(op_id)
+        if record is not None:
+            self._check_same(record, spec.name, args)
+        result = await store.get_operation_result(op_id)
+        if result is not None:
+            performed = await self._reuse(result)
+            path = result.path if result.path in _HANDS_PATHS else "executed"
+            return performed.model_copy(update={"path": path})
+        if record is not None and record.status is OperationStatus.UNCERTAIN:
+            raise OperationParked(record.reason or "outcome unknown", operation_id=op_id)
+        raise Dispatched(
+            Dispatch(
+                operation_id=op_id,
+                session_id=self._session_id,
+                task_id=self._task.id,
+                tool=spec.name,
+                tool_version=spec.version,
+                args=args,
+                replay=spec.replay,
+                committed_at=self._services.clock(),
+            )
+        )
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
         differences = [

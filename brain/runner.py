@@ -35,6 +35,8 @@ class DriveReport(Frozen):
     blocked: dict[str, str] = Field(default_factory=dict)
     parked: dict[str, str] = Field(default_factory=dict)
     next_wake_at: datetime | None = None
+    #: operations the session waits on that have no result yet (run by the Hands)
+    awaiting: tuple[str, ...] = ()
 
 
 class SessionRunner:
@@ -82,4 +84,5 @@ class SessionRunner:
                 if task.status is TaskStatus.WAITING and task.parked is not None
             },
             next_wake_at=drive.plan.next_wake_at,
+            awaiting=tuple(sorted(drive.awaiting)),
         )

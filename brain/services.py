@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from brain.tools import ToolDispatcher
 from runtime.crashpoints import CrashPoints
 from runtime.incarnation import this_process
-from brain.tools import ToolDispatcher
 from session_store import SessionStore
 
 if TYPE_CHECKING:
     from brain.model.client import ModelClient
+    from brain.relay import OutboxRelay
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class Services:
     (``runtime.incarnation``). ``inflight`` holds the operations whose calls this runner
     is making right now. ``takeover_margin`` is added to another executor's attempt
     deadline before a takeover treats that attempt's outcome as unknown: it covers clock
-    skew between hosts.
+    skew between hosts. ``relay`` publishes committed outbox messages (None: no bus;
+    sandboxed tools need one).
     """
 
     store: SessionStore
@@ -34,6 +36,7 @@ class Services:
     clock: Callable[[], datetime]
     runner_id: str
     model: ModelClient | None = None
+    relay: OutboxRelay | None = None
     process: str = field(default_factory=this_process)
     inflight: set[str] = field(default_factory=set)
     takeover_margin: timedelta = timedelta(seconds=2)

@@ -7,7 +7,8 @@ outcome is unknown (``brain.operations``). Composite tools name a task kind inst
 running code: the kernel runs them as durable subtasks.
 
 This module's ``LocalDispatcher`` runs tools as Python coroutines in the Brain's
-process; the Hands service replaces it with sandboxed execution.
+process, and knows the sandboxed tools of the catalog (``add_sandboxed``): a call to one
+of those commits an intent and a dispatch, and the Hands run it (``brain.operations``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import Field, JsonValue
 
 from contracts import InvalidInput, NotFound, ReplayPolicy
 from contracts.model import Frozen
+from contracts.tool import ToolDefinition
 
 
 class ToolSpec(Frozen):
@@ -33,6 +35,8 @@ class ToolSpec(Frozen):
     queryable: bool = False
     task_kind: str | None = None
     timeout: timedelta = timedelta(seconds=60)
+    #: run by the Hands in a sandbox: a call commits an intent and waits for the result
+    sandboxed: bool = False
 
 
 class QueryAnswer(Frozen):
@@ -85,6 +89,21 @@ class LocalDispatcher:
         self._tools[spec.name] = LocalTool(
             spec.model_copy(update={"queryable": query is not None}), run, query
         )
+
+    def add_sandboxed(self, definition: ToolDefinition) -> None:
+        """Run ``definition`` on the Hands; it replaces an in-process tool of that name
+        (the choice is per tool)."""
+        spec = ToolSpec(
+            name=definition.name,
+            version=definition.version,
+            description=definition.description,
+            parameters=definition.parameters,
+            replay=definition.replay,
+            queryable=definition.queryable,
+            timeout=timedelta(seconds=definition.timeout_s),
+            sandboxed=True,
+        )
+        self._tools[spec.name] = LocalTool(spec)
 
     def specs(self) -> Sequence[ToolSpec]:
         return [tool.spec for tool in self._tools.values()]

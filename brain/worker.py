@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from brain.agent import agent_kinds
-from runtime.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
@@ -27,6 +26,7 @@ from brain.services import Services
 from brain.tools import LocalDispatcher
 from contracts import InvalidInput, utcnow
 from contracts.model import Frozen
+from runtime.crashpoints import CrashPoints
 from session_store import open_store
 
 Plugin = Callable[[Registry, LocalDispatcher, AsyncExitStack], Awaitable[None]]

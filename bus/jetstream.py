@@ -115,12 +115,13 @@ class Bus:
         except (nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"cannot create stream {config.name}: {error}") from None
 
-    async def publish(self, subject: str, message: BaseModel, *, msg_id: str) -> bool:
+    async def publish(self, subject: str, message: BaseModel | bytes, *, msg_id: str) -> bool:
         """Publish durably (waits for the stream's ack); False if it was a duplicate."""
+        data = message if isinstance(message, bytes) else message.model_dump_json().encode()
         try:
             ack = await self.js.publish(
                 subject,
-                message.model_dump_json().encode(),
+                data,
                 headers={"Nats-Msg-Id": msg_id},
                 timeout=10,
             )

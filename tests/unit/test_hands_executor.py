@@ -1,0 +1,290 @@
+"""The Hands executor on the process sandbox: once per operation id, whatever died before.
+
+Each tool here appends one line to a ledger file when it runs its action, so the tests
+count real executions, not calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import Operation, OperationStatus, ReplayPolicy
+from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
+from hands.executor import MAX_ARGUMENT_BYTES, Executor
+from hands.sandbox import RunSpec
+from hands.sandbox.process import ProcessSandbox
+from session_store import SessionStore, open_store
+
+pytestmark = pytest.mark.sqlite
+
+# Appends the operation id to $LEDGER (the action), then prints its output.
+ACT = """
+import json, os, sys, time
+args = json.loads(os.environ["BH_ARGUMENTS"])
+time.sleep(args.get("sleep", 0))
+with open(os.environ["LEDGER"], "a") as ledger:
+    ledger.write(os.environ["BH_OPERATION_ID"] + "\\n")
+if args.get("garbage"):
+    print("not json")
+    sys.exit(0)
+print(json.dumps({"echo": args.get("message"), "op": os.environ["BH_OPERATION_ID"]}))
+sys.exit(args.get("exit", 0))
+"""
+# Reports whether the ledger holds the operation id.
+QUERY = """
+import json, os
+seen = open(os.environ["LEDGER"]).read().split() if os.path.exists(os.environ["LEDGER"]) else []
+found = os.environ["BH_OPERATION_ID"] in seen
+output = {"op": os.environ["BH_OPERATION_ID"]} if found else None
+print(json.dumps({"found": found, "output": output}))
+"""
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string"},
+        "sleep": {"type": "number"},
+        "exit": {"type": "integer"},
+        "garbage": {"type": "boolean"},
+        "pad": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class Hands:
+    store: SessionStore
+    sandbox: ProcessSandbox
+    ledger: Path
+    events: list[ResultEvent] = field(default_factory=list)
+
+    def executor(self, name: str = "hands-a") -> Executor:
+        async def publish(event: ResultEvent) -> None:
+            self.events.append(event)
+
+        return Executor(store=self.store, sandbox=self.sandbox, publish=publish, executor_id=name)
+
+    def runs(self) -> list[str]:
+        return self.ledger.read_text().split() if self.ledger.exists() else []
+
+    async def tool(self, name: str, replay: ReplayPolicy, *, query: bool = False) -> None:
+        await self.store.tools.register(
+            ToolDefinition(
+                name=name,
+                version=1,
+                parameters=SCHEMA,
+                replay=replay,
+                timeout_s=20,
+                command=(sys.executable, "-c", ACT),
+                query=(sys.executable, "-c", QUERY) if query else None,
+                config={"LEDGER": str(self.ledger)},
+                image=f"test/{name}",
+                image_id=f"sha256:{name}",
+            )
+        )
+
+
+@pytest.fixture
+async def hands(tmp_path: Path) -> AsyncIterator[Hands]:
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    h = Hands(store, ProcessSandbox(tmp_path / "runs"), tmp_path / "ledger")
+    await h.tool("safe", ReplayPolicy.SAFE)
+    await h.tool("unsafe", ReplayPolicy.UNSAFE)
+    await h.tool("queryable", ReplayPolicy.UNSAFE, query=True)
+    yield h
+    await store.close()
+
+
+def dispatch(tool: str = "safe", op: str = "op-1", **args: Any) -> Dispatch:
+    return Dispatch(
+        operation_id=op,
+        session_id="s1",
+        task_id="t1",
+        tool=tool,
+        tool_version=1,
+        args=args or {"message": "hi"},
+    )
+
+
+async def test_an_operation_runs_once_and_its_result_is_written_and_announced(
+    hands: Hands,
+) -> None:
+    executor = hands.executor()
+    result = await executor.handle(dispatch())
+    assert result is not None and result.succeeded
+    assert result.output == {"echo": "hi", "op": "op-1"}
+    assert (result.termination, result.exit_code, result.path) == ("exited", 0, "executed")
+    again = await executor.handle(dispatch())  # redelivered: answered from the store
+    assert again == result
+    assert hands.runs() == ["op-1"]
+    assert [e.operation_id for e in hands.events] == ["op-1", "op-1"]
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.status is OperationStatus.SUCCEEDED
+    assert record.attempts == 1 and record.executor == "hands-a"
+    assert await hands.sandbox.state("op-1") is None  # the container was removed
+
+
+async def test_a_new_executor_reconnects_to_a_run_whose_executor_died(hands: Hands) -> None:
+    """The first executor claimed and started the run, then died: the run goes on, and
+    the next executor waits for it instead of starting the action again."""
+    first = dispatch(sleep=0.5)
+    await hands.executor("dead")._record(first)  # the record as the first one left it
+    record = await hands.store.get_operation("op-1")
+    assert record is not None
+    definition = await hands.store.tools.get("safe", 1)
+    assert definition is not None
+    claimed = await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=first.args)
+    hands.sandbox._start(spec, hands.sandbox.root / "bh-op-1")  # started, never collected
+    result = await hands.executor("b").handle(first)
+    assert result is not None and result.succeeded and result.executor == "b"
+    assert hands.runs() == ["op-1"]
+    final = await hands.store.get_operation("op-1")
+    assert final is not None and final.attempts == claimed.attempts == 1
+
+
+async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation:
+    """An executor claimed attempt 1 and died before (or after) its container, which is
+    gone: the outcome is unknown."""
+    record = await hands.executor("dead")._record(d)
+    definition = await hands.store.tools.get(d.tool, 1)
+    assert definition is not None
+    return await hands.executor("dead")._claim(record, definition, new_attempt=True)
+
+
+async def test_unknown_outcome_of_a_safe_tool_is_replayed_with_the_same_id(hands: Hands) -> None:
+    await _attempted_without_a_container(hands, dispatch("safe"))
+    result = await hands.executor().handle(dispatch("safe"))
+    assert result is not None and result.path == "replayed"
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.attempts == 2
+
+
+async def test_unknown_outcome_of_an_unsafe_tool_with_a_query_is_verified(hands: Hands) -> None:
+    await _attempted_without_a_container(hands, dispatch("queryable"))
+    hands.ledger.write_text("op-1\n")  # it did happen before its executor died
+    result = await hands.executor().handle(dispatch("queryable"))
+    assert result is not None and result.path == "verified" and result.output == {"op": "op-1"}
+    assert hands.runs() == ["op-1"]  # verified, not sent again
+
+
+async def test_an_unsafe_tool_not_found_by_its_query_runs(hands: Hands) -> None:
+    await _attempted_without_a_container(hands, dispatch("queryable"))
+    result = await hands.executor().handle(dispatch("queryable"))
+    assert result is not None and result.path == "executed"
+    assert hands.runs() == ["op-1"]
+
+
+async def test_an_unsafe_tool_without_a_query_is_parked_never_rerun(hands: Hands) -> None:
+    await _attempted_without_a_container(hands, dispatch("unsafe"))
+    assert await hands.executor().handle(dispatch("unsafe")) is None
+    assert await hands.executor().handle(dispatch("unsafe")) is None
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.status is OperationStatus.UNCERTAIN
+    assert "not re-run" in (record.reason or "")
+    assert hands.runs() == []
+    assert await hands.store.get_operation_result("op-1") is None
+
+
+@pytest.mark.parametrize(
+    ("d", "code", "says"),
+    [
+        (dispatch("nope"), "not_found", "not registered"),
+        (dispatch(message=7), "invalid_input", "invalid at message"),
+        (dispatch(extra=1), "invalid_input", "extra"),
+        (dispatch(pad="x" * (MAX_ARGUMENT_BYTES + 1)), "payload_too_large", "limit"),
+    ],
+)
+async def test_bad_requests_get_a_failed_result_and_run_nothing(
+    hands: Hands, d: Dispatch, code: str, says: str
+) -> None:
+    result = await hands.executor().handle(d)
+    assert result is not None and not result.succeeded and result.error is not None
+    assert result.error.code == code and says in result.error.message
+    assert hands.runs() == []
+    assert [e.operation_id for e in hands.events] == ["op-1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "termination", "exit_code", "code"),
+    [
+        ({"garbage": True}, Termination.INVALID_OUTPUT, 0, "invalid_output"),
+        ({"exit": 3}, Termination.EXITED, 3, "tool_failed"),
+    ],
+)
+async def test_a_run_that_fails_says_how(
+    hands: Hands, args: dict[str, Any], termination: Termination, exit_code: int, code: str
+) -> None:
+    result = await hands.executor().handle(dispatch(**args))
+    assert result is not None and not result.succeeded and result.error is not None
+    assert (result.termination, result.exit_code, result.error.code) == (
+        termination.value,
+        exit_code,
+        code,
+    )
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.status is OperationStatus.FAILED
+
+
+async def test_a_stale_executor_cannot_overwrite_a_result(hands: Hands) -> None:
+    result = await hands.executor("a").handle(dispatch())
+    assert result is not None
+    stale = result.model_copy(update={"output": {"echo": "other"}, "executor": "stale"})
+    settled = await hands.executor("stale")._settle(
+        await _record(hands, "op-1"), stale
+    )  # refused quietly: the first result stands
+    assert settled == result
+    assert await hands.store.get_operation_result("op-1") == result
+
+
+async def test_cancel_kills_the_run_and_records_cancelled(hands: Hands) -> None:
+    d = dispatch(sleep=30)
+    record = await hands.executor()._record(d)
+    definition = await hands.store.tools.get("safe", 1)
+    assert definition is not None
+    claimed = await hands.executor()._claim(record, definition, new_attempt=True)
+    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
+    hands.sandbox._start(spec, hands.sandbox.root / "bh-op-1")
+    result = await hands.executor("api").cancel("op-1", "the user changed their mind")
+    assert result is not None and result.termination == "cancelled"
+    assert await hands.sandbox.state("op-1") is None
+    final = await hands.store.get_operation("op-1")
+    assert final is not None and final.status is OperationStatus.CANCELLED
+    assert claimed.attempts == 1 and hands.runs() == []
+
+
+async def test_verify_records_what_the_query_found(hands: Hands) -> None:
+    await _attempted_without_a_container(hands, dispatch("queryable"))
+    assert await hands.executor().verify("op-1") is None  # not found: nothing recorded
+    hands.ledger.write_text("op-1\n")
+    found = await hands.executor().verify("op-1")
+    assert found is not None and found.path == "verified"
+    assert await hands.store.get_operation_result("op-1") == found
+
+
+async def test_the_reaper_collects_an_exited_run_nobody_collected(hands: Hands) -> None:
+    d = dispatch()
+    record = await hands.executor("dead")._record(d)
+    definition = await hands.store.tools.get("safe", 1)
+    assert definition is not None
+    await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
+    await hands.sandbox.run(spec)  # ran to the end; its executor died before the result
+    touched = await hands.executor().reconcile()
+    assert touched == ["bh-op-1"]
+    result = await hands.store.get_operation_result("op-1")
+    assert result is not None and result.succeeded
+    assert hands.runs() == ["op-1"]
+    assert await hands.sandbox.state("op-1", DispatchMode.RUN) is None
+
+
+async def _record(hands: Hands, op: str) -> Operation:
+    record = await hands.store.get_operation(op)
+    assert record is not None
+    return record
