@@ -1,12 +1,15 @@
 """JetStream streams of the tool path, and a connection that publishes with de-duplication.
 
 ==================  ==================================  ==========  =======================
-stream              subjects                            retention   consumers
+stream              topics                              retention   consumers
 ==================  ==================================  ==========  =======================
-``BH_DISPATCH``     ``tools.dispatch.<tool>``           work queue  Hands (durable pull)
-``BH_RESULTS``      ``tools.results.<session>``         limits      scheduler; runners
+``<NS>_DISPATCH``   ``tools.dispatch.<tool>``           work queue  Hands (durable pull)
+``<NS>_RESULTS``    ``tools.results.<session>``         limits      scheduler; runners
 ==================  ==================================  ==========  =======================
 
+Topics are logical (they are what outbox messages in the store name); on the wire each is
+prefixed by the deployment's ``namespace`` (subject ``<ns>.<topic>``, streams
+``<NS>_...``), so deployments — or test runs — sharing a NATS account never meet.
 ``tools.cancel`` is plain NATS (every Hands instance hears it; the store records the
 cancellation, so a Hands that missed it still finds it). Every publish carries
 ``Nats-Msg-Id``: a repeat inside the duplicate window is dropped by the server, and one
@@ -27,16 +30,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from contracts import StoreUnavailable
 from contracts.model import Frozen
 
 log = logging.getLogger(__name__)
 
-DISPATCH_STREAM = "BH_DISPATCH"
+DISPATCH_STREAM = "DISPATCH"
 DISPATCH_SUBJECTS = "tools.dispatch.>"
-RESULTS_STREAM = "BH_RESULTS"
+RESULTS_STREAM = "RESULTS"
 RESULTS_SUBJECTS = "tools.results.>"
 CANCEL_SUBJECT = "tools.cancel"
 
@@ -51,6 +54,7 @@ def result_subject(session_id: str) -> str:
 
 class BusSettings(Frozen):
     url: str = "nats://127.0.0.1:4222"
+    namespace: str = Field(default="bh", pattern=r"^[a-z][a-z0-9_]{0,30}$")
     duplicate_window: timedelta = timedelta(minutes=2)
     results_max_age: timedelta = timedelta(days=1)
     replicas: int = 1
@@ -65,6 +69,14 @@ class Bus:
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings
 
+    def subject(self, topic: str) -> str:
+        """The wire subject of a logical topic."""
+        return f"{self.settings.namespace}.{topic}"
+
+    def stream(self, name: str) -> str:
+        """The server's name of one of the streams (``DISPATCH_STREAM``...)."""
+        return f"{self.settings.namespace.upper()}_{name}"
+
     @classmethod
     async def connect(cls, settings: BusSettings, *, name: str = "brainhands") -> Bus:
         """Connect (reconnecting forever after a server restart) and ensure the streams."""
@@ -75,6 +87,7 @@ class Bus:
                 connect_timeout=settings.connect_timeout.total_seconds(),
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
+                drain_timeout=5,
                 error_cb=_log_error,
             )
         except (OSError, nats.errors.Error) as error:
@@ -87,8 +100,8 @@ class Bus:
         window = self.settings.duplicate_window.total_seconds()
         await self._ensure(
             StreamConfig(
-                name=DISPATCH_STREAM,
-                subjects=[DISPATCH_SUBJECTS],
+                name=self.stream(DISPATCH_STREAM),
+                subjects=[self.subject(DISPATCH_SUBJECTS)],
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 duplicate_window=window,
@@ -97,8 +110,8 @@ class Bus:
         )
         await self._ensure(
             StreamConfig(
-                name=RESULTS_STREAM,
-                subjects=[RESULTS_SUBJECTS],
+                name=self.stream(RESULTS_STREAM),
+                subjects=[self.subject(RESULTS_SUBJECTS)],
                 retention=RetentionPolicy.LIMITS,
                 storage=StorageType.FILE,
                 duplicate_window=window,
@@ -115,9 +128,10 @@ class Bus:
         except (nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"cannot create stream {config.name}: {error}") from None
 
-    async def publish(self, subject: str, message: BaseModel | bytes, *, msg_id: str) -> bool:
+    async def publish(self, topic: str, message: BaseModel | bytes, *, msg_id: str) -> bool:
         """Publish durably (waits for the stream's ack); False if it was a duplicate."""
         data = message if isinstance(message, bytes) else message.model_dump_json().encode()
+        subject = self.subject(topic)
         try:
             ack = await self.js.publish(
                 subject,
@@ -129,16 +143,21 @@ class Bus:
             raise StoreUnavailable(f"could not publish {msg_id} on {subject}: {error}") from None
         return not ack.duplicate
 
-    async def broadcast(self, subject: str, message: BaseModel) -> None:
+    async def broadcast(self, topic: str, message: BaseModel) -> None:
         """Plain NATS publish (no stream): for every current listener, lost if none."""
+        subject = self.subject(topic)
         try:
             await self.nc.publish(subject, message.model_dump_json().encode())
             await self.nc.flush(timeout=5)
         except (TimeoutError, nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"could not publish on {subject}: {error}") from None
 
-    async def listen(self, subject: str, handler: Callable[[Msg], Awaitable[None]]) -> Any:
+    async def listen(self, topic: str, handler: Callable[[Msg], Awaitable[None]]) -> Any:
         """A plain subscription (e.g. to a session's results): hints, not the truth."""
+        return await self.nc.subscribe(self.subject(topic), cb=handler)
+
+    async def listen_raw(self, subject: str, handler: Callable[[Msg], Awaitable[None]]) -> Any:
+        """A subscription to a server subject (advisories), not namespaced."""
         return await self.nc.subscribe(subject, cb=handler)
 
     async def close(self) -> None:

@@ -109,6 +109,8 @@ class Executor:
         record = await self._record(dispatch)
         if record.status is OperationStatus.UNCERTAIN:
             return None
+        if record.status is OperationStatus.CANCELLED:  # cancelled before it ran
+            return await self._settle(record, _cancelled(record, record.reason, None))
         if problem is not None:
             return await self._settle(record, _refusal(dispatch, problem))
         assert definition is not None
@@ -138,25 +140,31 @@ class Executor:
         return await self._settle(record, outcome, decision="verified by its query entry point")
 
     async def cancel(self, operation_id: str, reason: str) -> OperationResult | None:
-        """Kill the operation's container (checking it is gone) and record ``cancelled``;
-        an operation that already has a result keeps it."""
+        """Cancel an operation that has no result yet, from this instance's point of view:
+
+        * its container is here: kill it, check it is gone, record ``cancelled``;
+        * it never started (or is parked): record ``cancelled`` (a revision of the record,
+          so a claim racing with it loses) — it will never run;
+        * it runs on another host: that host's Hands does it (None here).
+
+        An operation that already has a result keeps it (returned)."""
         record = await self.store.get_operation(operation_id)
         if record is None:
             raise _not_on_record(operation_id)
         existing = await self.store.get_operation_result(operation_id)
         if existing is not None:
             return existing
-        if not await self.sandbox.kill(operation_id):
+        here = await self.sandbox.state(operation_id) is not None
+        if record.status is OperationStatus.RUNNING and not here:
+            return None
+        if here and not await self.sandbox.kill(operation_id):
             raise Busy(f"the container of {operation_id} could not be removed yet")
-        result = OperationResult(
-            operation_id=operation_id,
-            session_id=record.session_id,
-            succeeded=False,
-            error=ErrorInfo(code="cancelled", message=reason),
-            termination=Termination.CANCELLED.value,
-            executor=self.executor_id,
-        )
-        return await self._settle(record, result, decision=reason)
+        if not record.status.is_final:
+            with contextlib.suppress(ConflictError, InvalidTransition):
+                record = await self.store.transition_operation(
+                    record, OperationStatus.CANCELLED, reason=reason, **_decided(record, self)
+                )
+        return await self._settle(record, _cancelled(record, reason, self.executor_id))
 
     # -- checks ----------------------------------------------------------------------
 
@@ -435,6 +443,24 @@ def _error_of(record: Operation, outcome: RunOutcome) -> ErrorInfo:
         message=message,
         details={"termination": outcome.termination.value, "exit_code": outcome.exit_code},
     )
+
+
+def _cancelled(record: Operation, reason: str | None, executor: str | None) -> OperationResult:
+    return OperationResult(
+        operation_id=record.operation_id,
+        session_id=record.session_id,
+        succeeded=False,
+        error=ErrorInfo(code="cancelled", message=reason or "cancelled"),
+        termination=Termination.CANCELLED.value,
+        executor=executor,
+    )
+
+
+def _decided(record: Operation, executor: Executor) -> dict[str, str]:
+    """Leaving ``uncertain`` needs a recorded decision."""
+    if record.status is not OperationStatus.UNCERTAIN:
+        return {}
+    return {"decided_by": executor.executor_id, "decision": "cancelled"}
 
 
 def _refusal(dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:

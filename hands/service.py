@@ -33,7 +33,7 @@ from hands.executor import Busy, Executor, Publish
 log = logging.getLogger(__name__)
 
 CONSUMER = "hands"
-ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{DISPATCH_STREAM}.{CONSUMER}"
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 
 
 class ConsumerSettings(Frozen):
@@ -67,7 +67,9 @@ class HandsService:
     async def run(self) -> None:
         """Consume until ``shutdown``."""
         pull = await self._consumer()
-        self._subscriptions.append(await self.bus.listen(ADVISORY, self._on_exhausted))
+        self._subscriptions.append(pull)
+        advisory = ADVISORY.format(stream=self.bus.stream(DISPATCH_STREAM), consumer=CONSUMER)
+        self._subscriptions.append(await self.bus.listen_raw(advisory, self._on_exhausted))
         self._subscriptions.append(await self.bus.listen(CANCEL_SUBJECT, self._on_cancel))
         reaper = asyncio.create_task(self._reap_periodically())
         try:
@@ -103,10 +105,13 @@ class HandsService:
             ack_wait=self.settings.ack_wait.total_seconds(),
             max_deliver=self.settings.max_deliver,
             max_ack_pending=-1,
-            filter_subject=DISPATCH_SUBJECTS,
+            filter_subject=self.bus.subject(DISPATCH_SUBJECTS),
         )
         return await self.bus.js.pull_subscribe(
-            DISPATCH_SUBJECTS, durable=CONSUMER, stream=DISPATCH_STREAM, config=config
+            self.bus.subject(DISPATCH_SUBJECTS),
+            durable=CONSUMER,
+            stream=self.bus.stream(DISPATCH_STREAM),
+            config=config,
         )
 
     async def _fetch(self, pull: Any, batch: int) -> list[Msg]:
@@ -173,7 +178,7 @@ class HandsService:
         failed with the reason, so the waiting task learns instead of waiting forever."""
         try:
             sequence = int(json.loads(advisory.data)["stream_seq"])
-            raw = await self.bus.js.get_msg(DISPATCH_STREAM, sequence)
+            raw = await self.bus.js.get_msg(self.bus.stream(DISPATCH_STREAM), sequence)
             dispatch = Dispatch.model_validate_json(raw.data or b"")
         except (KeyError, ValueError, ValidationError, nats.errors.Error) as error:
             log.warning("max-deliveries advisory not usable: %s", error)
@@ -187,7 +192,7 @@ class HandsService:
         )
         try:
             await self.executor.give_up(dispatch, problem)
-            await self.bus.js.delete_msg(DISPATCH_STREAM, sequence)
+            await self.bus.js.delete_msg(self.bus.stream(DISPATCH_STREAM), sequence)
         except (BrainhandsError, nats.errors.Error) as error:
             log.warning("%s: could not record exhaustion: %s", dispatch.operation_id, error)
 

@@ -1,0 +1,53 @@
+"""``python -m hands`` (also ``bh hands``): run a Hands instance until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Annotated
+
+import typer
+
+from contracts import BrainhandsError
+from hands.app import open_hands
+from hands.settings import HandsSettings
+
+app = typer.Typer(no_args_is_help=False, add_completion=False)
+
+
+@app.command()
+def run(
+    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
+    nats: Annotated[str | None, typer.Option(help="NATS URL [BH_NATS_URL]")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="operations at once")] = None,
+    sandbox: Annotated[
+        str | None, typer.Option(help="docker (default) or process (NOT isolated)")
+    ] = None,
+) -> None:
+    """Pull dispatched operations from JetStream and run them in sandboxes."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings = HandsSettings.from_env(
+            store_url=store, nats_url=nats, concurrency=concurrency, sandbox=sandbox
+        )
+        asyncio.run(_serve(settings))
+    except BrainhandsError as error:
+        typer.echo(f"{error.code}: {error.message}", err=True)
+        raise typer.Exit(2) from None
+
+
+async def _serve(settings: HandsSettings) -> None:
+    async with open_hands(settings) as service:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        running = asyncio.create_task(service.run())
+        await stop.wait()
+        await service.shutdown()
+        running.cancel()
+
+
+if __name__ == "__main__":
+    app()

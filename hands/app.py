@@ -1,0 +1,63 @@
+"""Assembling a Hands instance from its settings: store, bus, sandbox, executor, service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from bus import Bus, BusSettings
+from hands.executor import Executor
+from hands.sandbox import Sandbox
+from hands.service import ConsumerSettings, HandsService, publisher
+from hands.settings import HandsSettings
+from runtime.crashpoints import CrashPoints
+from session_store import SessionStore, open_store
+
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def open_hands(
+    settings: HandsSettings, *, crash: CrashPoints | None = None
+) -> AsyncIterator[HandsService]:
+    """A ready Hands service (``await service.run()``); everything closed on exit."""
+    async with AsyncExitStack() as resources:
+        store = await open_store(settings.store_url)
+        resources.push_async_callback(store.close)
+        bus = await Bus.connect(
+            BusSettings(url=settings.nats_url, namespace=settings.namespace),
+            name=settings.executor_id,
+        )
+        resources.push_async_callback(bus.close)
+        sandbox = await make_sandbox(settings, store, resources)
+        executor = Executor(
+            store=store,
+            sandbox=sandbox,
+            publish=publisher(bus),
+            executor_id=settings.executor_id,
+            crash=crash or CrashPoints.from_env(),
+        )
+        consumer = ConsumerSettings(
+            concurrency=settings.concurrency,
+            ack_wait=settings.ack_wait,
+            max_deliver=settings.max_deliver,
+            reap_every=settings.reap_every,
+        )
+        service = HandsService(bus=bus, executor=executor, settings=consumer)
+        resources.push_async_callback(service.shutdown)
+        yield service
+
+
+async def make_sandbox(
+    settings: HandsSettings, store: SessionStore, resources: AsyncExitStack
+) -> Sandbox:
+    if settings.sandbox == "process":
+        from hands.sandbox.process import ProcessSandbox
+
+        log.warning(
+            "the process sandbox does NOT isolate tools (no network, filesystem or resource "
+            "limits): for tests and laptops only"
+        )
+        return ProcessSandbox(settings.process_root)
+    raise NotImplementedError("docker sandbox wiring arrives with hands.sandbox.docker")

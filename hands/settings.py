@@ -1,0 +1,89 @@
+"""The Hands service's settings: one frozen model, read from the environment only at the
+entry point (``hands.__main__``, ``bh hands``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from contracts import InvalidInput
+from contracts.model import Frozen
+
+
+def new_executor_id() -> str:
+    """Names one incarnation of a Hands process (an operation attempt's ``executor``)."""
+    return f"hands:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class HandsSettings(Frozen):
+    store_url: str
+    nats_url: str
+    #: the bus namespace shared with the Brains of this deployment
+    namespace: str = "bh"
+    executor_id: str = Field(default_factory=new_executor_id)
+    #: the deployment's owner label: the reaper only touches containers carrying it
+    owner: str = "brainhands"
+    sandbox: Literal["docker", "process"] = "docker"
+    docker_url: str | None = None
+    runtime: str | None = None
+    process_root: Path = Path(".hands/runs")
+    concurrency: int = Field(default=4, ge=1, le=256)
+    ack_wait: timedelta = timedelta(seconds=30)
+    max_deliver: int = Field(default=5, ge=1)
+    reap_every: timedelta = timedelta(seconds=60)
+    #: HMAC key of the egress proxy's per-operation tokens (same on every instance)
+    secret: SecretStr = Field(default_factory=lambda: SecretStr(uuid.uuid4().hex))
+    #: headers the egress proxy adds per destination (``host:port``): never in a sandbox
+    credentials: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
+    egress_network: str = "bh-egress"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> HandsSettings:
+        """Settings from ``BH_*`` variables; ``overrides`` (e.g. CLI options) win."""
+        env = os.environ
+        values: dict[str, object] = {
+            "store_url": env.get("BH_STORE_URL", ""),
+            "nats_url": env.get("BH_NATS_URL", "nats://127.0.0.1:4222"),
+        }
+        optional = {
+            "namespace": "BH_NAMESPACE",
+            "owner": "BH_HANDS_OWNER",
+            "sandbox": "BH_HANDS_SANDBOX",
+            "docker_url": "DOCKER_HOST",
+            "runtime": "BH_HANDS_RUNTIME",
+            "process_root": "BH_HANDS_PROCESS_ROOT",
+            "concurrency": "BH_HANDS_CONCURRENCY",
+            "secret": "BH_HANDS_SECRET",
+            "egress_network": "BH_HANDS_EGRESS_NETWORK",
+        }
+        for field, variable in optional.items():
+            if env.get(variable):
+                values[field] = env[variable]
+        if env.get("BH_HANDS_CREDENTIALS"):
+            values["credentials"] = _credentials(Path(env["BH_HANDS_CREDENTIALS"]))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if not values["store_url"]:
+            raise InvalidInput("the Hands need a store: set BH_STORE_URL or --store")
+        return cls.model_validate(values)
+
+
+def _credentials(path: Path) -> dict[str, dict[str, SecretStr]]:
+    """``{"host:port": {"Header": "value"}}`` from a file only root should read."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise InvalidInput(f"cannot read the credentials file {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{path} must hold an object of destination -> headers")
+    return {
+        str(destination): {str(k): SecretStr(str(v)) for k, v in headers.items()}
+        for destination, headers in raw.items()
+        if isinstance(headers, dict)
+    }

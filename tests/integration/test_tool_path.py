@@ -1,0 +1,76 @@
+"""The Brain lets go: a sandboxed call is one commit (intent + dispatch + wait), the relay
+publishes it, the Hands run it once, and its result is applied once — over real NATS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from brain.context import PhaseContext
+from brain.embedded import run_until_idle
+from brain.outcome import Done, Effects, PhaseOutcome
+from brain.registry import Registry
+from brain.results import ResultWaiter
+from brain.runner import SessionRunner
+from brain.submissions import SessionClient
+from brain.tools import LocalDispatcher
+from contracts import CommitRecord, Outcome, TaskStatus
+from hands.sandbox.process import ProcessSandbox
+from session_store import layout, open_store
+from session_store.codec import decode
+from tests.support.kernel import kind
+from tests.support.toolpath import brain_services, ledger_tool, running_hands, runs, scratch_bus
+
+pytestmark = [pytest.mark.nats, pytest.mark.sqlite]
+
+
+async def _call(ctx: PhaseContext) -> PhaseOutcome:
+    performed = await ctx.operation("act", {"message": ctx.input}, "act")
+    return Done(
+        result={"output": performed.output, "path": performed.path},
+        effects=Effects(applied_operations=(performed.operation_id,)),
+    )
+
+
+async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_once(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    definition = await store.tools.register(ledger_tool("act", ledger))
+    tools = LocalDispatcher()
+    tools.add_sandboxed(definition)
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        await SessionClient(store).submit("s1", "r1", {"task": {"kind": "caller", "input": "hi"}})
+        async with ResultWaiter(bus, "s1") as results:
+            # First drive: the call becomes an intent; nothing runs it yet.
+            first = await runner.drive("s1")
+            assert first.active and len(first.awaiting) == 1
+            op = first.awaiting[0]
+            assert runs(ledger) == []
+            async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+                report = await run_until_idle(runner, "s1", results=results)
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+    assert task is not None and task.outcome is Outcome.SUCCEEDED
+    assert task.result == {"output": {"echo": "hi", "op": op}, "path": "executed"}
+    assert not report.active
+    assert runs(ledger) == [op]
+    records = [
+        decode(data, CommitRecord, where=item)
+        for item, data in await store.backend.items(layout.log_partition("s1"))
+    ]
+    intents = [r.commit for r in records if r.commit.outbox]
+    assert len(intents) == 1
+    (intent,) = intents
+    (waiting,) = [t for t in intent.tasks if t.id == "root.r1"]
+    assert waiting.status is TaskStatus.WAITING and waiting.wait is not None
+    assert waiting.wait.operations == (op,)
+    assert intent.outbox[0].id == op and intent.outbox[0].topic == "tools.dispatch.act"
+    assert sum(1 for r in records if op in r.commit.outbox_done) == 1
+    assert sum(1 for r in records if op in r.commit.applied_operations) == 1
+    await store.close()
