@@ -11,6 +11,7 @@ import typer
 
 from brain.model.settings import ModelSettings
 from brain.worker import WorkerSettings, run_worker
+from bus import BusSettings
 from contracts import BrainhandsError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -26,11 +27,21 @@ def run(
     store: Annotated[str, typer.Option(envvar="BH_STORE_URL", help="Session Store URL")],
     session: Annotated[str, typer.Option(help="session id")],
     plugin: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
+    sandboxed: Annotated[
+        list[str] | None, typer.Option(help="registered tool to run on the Hands, repeatable")
+    ] = None,
+    nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
+    namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus namespace")] = "bh",
 ) -> None:
     """Drive SESSION until it is finished or cannot move by itself; print the report."""
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
     settings = WorkerSettings(
-        store_url=store, session_id=session, plugins=tuple(plugin or ()), model=model
+        store_url=store,
+        session_id=session,
+        plugins=tuple(plugin or ()),
+        model=model,
+        bus=BusSettings(url=nats, namespace=namespace) if nats else None,
+        sandboxed=tuple(sandboxed or ()),
     )
     try:
         report = asyncio.run(run_worker(settings))

@@ -21,13 +21,16 @@ from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
 from brain.registry import Registry
+from brain.relay import OutboxRelay
+from brain.results import ResultWaiter
 from brain.runner import DriveReport, SessionRunner
 from brain.services import Services
 from brain.tools import LocalDispatcher
+from bus import Bus, BusSettings
 from contracts import InvalidInput, utcnow
 from contracts.model import Frozen
 from runtime.crashpoints import CrashPoints
-from session_store import open_store
+from session_store import SessionStore, open_store
 
 Plugin = Callable[[Registry, LocalDispatcher, AsyncExitStack], Awaitable[None]]
 
@@ -38,6 +41,10 @@ class WorkerSettings(Frozen):
     plugins: tuple[str, ...] = ()
     model: ModelSettings | None = None
     root_kind: str = "agent"
+    #: the bus (sandboxed tools need it): dispatches go out, result events come in
+    bus: BusSettings | None = None
+    #: registered tools to run on the Hands (newest version), replacing in-process ones
+    sandboxed: tuple[str, ...] = ()
 
 
 def new_runner_id() -> str:
@@ -63,17 +70,41 @@ async def run_worker(settings: WorkerSettings, *, crash: CrashPoints | None = No
         tools = LocalDispatcher()
         for path in settings.plugins:
             await load_plugin(path)(registry, tools, resources)
+        await _use_sandboxed(store, tools, settings.sandboxed)
         model = None
         if settings.model is not None:
             model = OpenAIChatClient(settings.model)
             resources.push_async_callback(model.aclose)
+        crash = crash or CrashPoints.from_env()
+        bus = None
+        if settings.bus is not None:
+            bus = await Bus.connect(settings.bus, name="brain")
+            resources.push_async_callback(bus.close)
+        elif settings.sandboxed:
+            raise InvalidInput("sandboxed tools need the bus: set BH_NATS_URL")
         services = Services(
             store=store,
             tools=tools,
-            crash=crash or CrashPoints.from_env(),
+            crash=crash,
             clock=utcnow,
             runner_id=new_runner_id(),
             model=model,
+            relay=None if bus is None else OutboxRelay(bus, crash),
         )
         runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
-        return await run_until_idle(runner, settings.session_id)
+        if bus is None:
+            return await run_until_idle(runner, settings.session_id)
+        async with ResultWaiter(bus, settings.session_id) as results:
+            return await run_until_idle(runner, settings.session_id, results=results)
+
+
+async def _use_sandboxed(
+    store: SessionStore, tools: LocalDispatcher, names: tuple[str, ...]
+) -> None:
+    for name in names:
+        definition = await store.tools.get(name)
+        if definition is None:
+            raise InvalidInput(
+                f"tool {name!r} is not registered; register its image with `bh tools register`"
+            )
+        tools.add_sandboxed(definition)

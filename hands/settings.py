@@ -66,6 +66,13 @@ class HandsSettings(Frozen):
         for field, variable in optional.items():
             if env.get(variable):
                 values[field] = env[variable]
+        for field, variable in (("ack_wait", "BH_HANDS_ACK_WAIT"), ("reap_every", "BH_HANDS_REAP")):
+            if env.get(variable):
+                values[field] = timedelta(seconds=float(env[variable]))
+        if env.get("BH_HANDS_MAX_DELIVER"):
+            values["max_deliver"] = env["BH_HANDS_MAX_DELIVER"]
+        if env.get("BH_HANDS_ID"):
+            values["executor_id"] = env["BH_HANDS_ID"]
         if env.get("BH_HANDS_CREDENTIALS"):
             values["credentials"] = _credentials(Path(env["BH_HANDS_CREDENTIALS"]))
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -194,7 +194,21 @@ async def _send_notice(ctx: PhaseContext) -> PhaseOutcome:
     performed = await ctx.operation(SEND_EMAIL, args, SEND_KEY)
     output = performed.output if isinstance(performed.output, dict) else {}
     memo = {"message_id": output.get("message_id"), "path": performed.path}
+    spec = ctx.services.tools.spec(SEND_EMAIL)
+    if spec is not None and spec.sandboxed:
+        # The Hands' record of the run is the confirmation: apply it now, in one commit.
+        return _confirmed(ctx, performed.operation_id, memo)
     return Next(phase="confirm", effects=Effects(memo=memo))
+
+
+def _confirmed(ctx: PhaseContext, sent: str, memo: dict[str, JsonValue]) -> Done:
+    result = {
+        "to": ctx.input["to"],
+        "operation_id": sent,
+        "message_id": memo.get("message_id"),
+        "path": memo.get("path"),
+    }
+    return Done(result=result, effects=Effects(applied_operations=(sent,)))
 
 
 async def _confirm(ctx: PhaseContext) -> PhaseOutcome:
@@ -206,10 +220,4 @@ async def _confirm(ctx: PhaseContext) -> PhaseOutcome:
     if not answer.found:
         message = f"the email service has no record of {sent} after sending it"
         return Fail(error=ErrorInfo(code="not_confirmed", message=message))
-    result = {
-        "to": ctx.input["to"],
-        "operation_id": sent,
-        "message_id": ctx.memo.get("message_id"),
-        "path": ctx.memo.get("path"),
-    }
-    return Done(result=result, effects=Effects(applied_operations=(sent,)))
+    return _confirmed(ctx, sent, ctx.memo)

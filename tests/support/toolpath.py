@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -26,6 +29,7 @@ from hands.sandbox import Sandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
+from tests.support.processes import ROOT
 from tests.support.services import require
 
 # Appends the operation id to $LEDGER (the action), then prints its output.
@@ -126,3 +130,49 @@ def brain_services(
         runner_id=runner_id,
         relay=OutboxRelay(bus, crash),
     )
+
+
+def hands_process(
+    store_url: str,
+    bus: BusSettings,
+    root: Path,
+    *,
+    name: str,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """A ``python -m hands`` process on the process sandbox (``root`` plays its host)."""
+    with (log or root.parent / f"{name}.log").open("ab") as out:
+        return _popen_hands(out, store_url, bus, root, name, env or {})
+
+
+def _popen_hands(
+    out: Any, store_url: str, bus: BusSettings, root: Path, name: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hands", "--sandbox", "process"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "BH_STORE_URL": store_url,
+            "BH_NATS_URL": bus.url,
+            "BH_NAMESPACE": bus.namespace,
+            "BH_HANDS_PROCESS_ROOT": str(root),
+            "BH_HANDS_ID": name,
+            "BH_HANDS_ACK_WAIT": "3",
+            **env,
+        },
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop(process: subprocess.Popen[bytes], signum: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(signum)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,179 @@
+"""SIGKILL and SIGSTOP real Hands processes around a running tool: the action runs once,
+its result is written once and applied once.
+
+Each tool run appends its operation id to a ledger file, so the tests count real
+executions. The Brain here runs in the test process; its own crashes are covered by the
+five-emails crash tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from brain.context import PhaseContext
+from brain.embedded import run_until_idle
+from brain.outcome import Done, Effects, PhaseOutcome
+from brain.registry import Registry
+from brain.results import ResultWaiter
+from brain.runner import DriveReport, SessionRunner
+from brain.submissions import SessionClient
+from brain.tools import LocalDispatcher
+from bus import Bus, BusSettings
+from contracts import CommitRecord, Outcome, ReplayPolicy
+from session_store import SessionStore, layout, open_store
+from session_store.codec import decode
+from tests.support.eventually import assert_eventually
+from tests.support.kernel import kind
+from tests.support.toolpath import (
+    brain_services,
+    bus_settings,
+    hands_process,
+    ledger_tool,
+    runs,
+    scratch_bus,
+    stop,
+)
+
+pytestmark = [pytest.mark.chaos, pytest.mark.nats, pytest.mark.sqlite, pytest.mark.slow]
+
+
+async def _call(ctx: PhaseContext) -> PhaseOutcome:
+    performed = await ctx.operation("act", dict(ctx.input), "act")
+    return Done(
+        result={"output": performed.output, "path": performed.path},
+        effects=Effects(applied_operations=(performed.operation_id,)),
+    )
+
+
+@dataclass
+class Scene:
+    tmp: Path
+    store_url: str
+    store: SessionStore
+    bus: Bus
+    settings: BusSettings
+    runner: SessionRunner
+    ledger: Path
+
+    @property
+    def host(self) -> Path:
+        return self.tmp / "host"
+
+    def hands(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        return hands_process(self.store_url, self.settings, self.host, name=name, env=env)
+
+    async def submit(self, session_id: str, **args: object) -> str:
+        await SessionClient(self.store).submit(
+            session_id, "r1", {"task": {"kind": "caller", "input": args}}
+        )
+        first = await self.runner.drive(session_id)  # commits the intent, relays it
+        (op,) = first.awaiting
+        return op
+
+    async def finish(self, session_id: str) -> DriveReport:
+        async with ResultWaiter(self.bus, session_id) as results:
+            return await asyncio.wait_for(
+                run_until_idle(self.runner, session_id, results=results), 60
+            )
+
+    async def check_once(self, session_id: str, op: str) -> None:
+        handle = await self.store.session(session_id)
+        task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+        assert task is not None and task.outcome is Outcome.SUCCEEDED, task
+        assert runs(self.ledger).count(op) == 1, runs(self.ledger)
+        applied: Counter[str] = Counter()
+        for item, data in await self.store.backend.items(layout.log_partition(session_id)):
+            applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+        assert applied[op] == 1
+
+
+@pytest.fixture
+async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = await open_store(store_url)
+    ledger = tmp_path / "ledger"
+    definition = await store.tools.register(ledger_tool("act", ledger, ReplayPolicy.UNSAFE))
+    tools = LocalDispatcher()
+    tools.add_sandboxed(definition)
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    settings = bus_settings()
+    async with scratch_bus(settings) as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        yield Scene(tmp_path, store_url, store, bus, settings, runner, ledger)
+    await store.close()
+
+
+async def test_a_hands_killed_while_its_tool_runs_is_replaced_without_a_second_run(
+    scene: Scene,
+) -> None:
+    first = scene.hands("hands-a")
+    op = await scene.submit("s1", sleep=2.0)
+    run_dir = scene.host / f"bh-{op}"
+    await assert_eventually(lambda: _exists(run_dir), within=20)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = scene.hands("hands-b")
+    try:
+        await scene.finish("s1")
+    finally:
+        stop(second)
+    await scene.check_once("s1", op)
+    record = await scene.store.get_operation(op)
+    assert record is not None and record.attempts == 1 and record.executor == "hands-b"
+
+
+@pytest.mark.parametrize(
+    "point", ["hands:collected", "hands:result_written", "hands:published", "hands:before_ack"]
+)
+async def test_a_hands_killed_between_exit_and_ack_leaves_one_result(
+    scene: Scene, point: str
+) -> None:
+    first = scene.hands("hands-a", BH_CRASH_AT=f"{point}#1")
+    op = await scene.submit("s1")
+    assert await asyncio.to_thread(first.wait, 30) == -signal.SIGKILL
+    second = scene.hands("hands-b")
+    try:
+        await scene.finish("s1")
+    finally:
+        stop(second)
+    await scene.check_once("s1", op)
+
+
+async def test_a_stopped_hands_that_resumes_after_a_takeover_changes_nothing(
+    scene: Scene,
+) -> None:
+    first = scene.hands("hands-a")
+    op = await scene.submit("s1", sleep=5.0)
+    await assert_eventually(lambda: _exists(scene.host / f"bh-{op}"), within=20)
+    first.send_signal(signal.SIGSTOP)
+    second = scene.hands("hands-b")  # gets the message once A's ack wait (3 s) passed
+    try:
+        await scene.finish("s1")
+        result = await scene.store.get_operation_result(op)
+        assert result is not None and result.executor == "hands-b"
+        first.send_signal(signal.SIGCONT)
+        await asyncio.sleep(0)  # let it resume: its writes must change nothing
+        await assert_eventually(lambda: _quiet(scene, op), within=10)
+        assert await scene.store.get_operation_result(op) == result
+    finally:
+        stop(first)
+        stop(second)
+    await scene.check_once("s1", op)
+
+
+async def _exists(path: Path) -> bool:
+    return await asyncio.to_thread(path.exists)
+
+
+async def _quiet(scene: Scene, op: str) -> bool:
+    """The resumed Hands has nothing of the operation left: its container is removed."""
+    return not await _exists(scene.host / f"bh-{op}")
