@@ -70,10 +70,21 @@ Publish = Callable[[ResultEvent], Awaitable[None]]
 
 
 class Busy(BrainhandsError):
-    """Another executor claimed the operation a moment ago; look again later."""
+    """Another executor holds the operation; look again later (at ``until`` if given:
+    when its claim's deadline has passed)."""
 
     code = "operation_busy"
     retryable = True
+
+    def __init__(self, message: str, *, until: datetime | None = None) -> None:
+        super().__init__(message, until=until.isoformat() if until else None)
+        self.until = until
+
+
+class Duplicate(BrainhandsError):
+    """This instance is already bringing the operation to a result (a repeated delivery)."""
+
+    code = "operation_duplicate"
 
 
 class Executor:
@@ -97,6 +108,8 @@ class Executor:
         self.crash = crash or CrashPoints()
         self.clock = clock
         self.grace = grace
+        #: operations this instance is handling right now
+        self.inflight: set[str] = set()
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
@@ -105,6 +118,15 @@ class Executor:
         if existing is not None:
             await self._announce(existing)
             return existing
+        if dispatch.operation_id in self.inflight:
+            raise Duplicate(f"{dispatch.operation_id} is already being handled here")
+        self.inflight.add(dispatch.operation_id)
+        try:
+            return await self._handle(dispatch)
+        finally:
+            self.inflight.discard(dispatch.operation_id)
+
+    async def _handle(self, dispatch: Dispatch) -> OperationResult | None:
         definition, problem = await self._check(dispatch)
         record = await self._record(dispatch)
         if record.status is OperationStatus.UNCERTAIN:
@@ -224,11 +246,26 @@ class Executor:
         state = await self.sandbox.state(record.operation_id)
         started_before = record.attempts > 0 or record.status is OperationStatus.RUNNING
         if state is None and started_before:
+            self._wait_if_starting(record)
             return await self._recover(record, definition, dispatch)
         claimed = await self._claim(record, definition, new_attempt=state is None)
         self.crash.reached("hands:claimed")
         outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
         return await self._finish(claimed, outcome, "executed")
+
+    def _wait_if_starting(self, record: Operation) -> None:
+        """Another executor claimed the operation and has no container (yet): until its
+        claim's deadline it may still start one, so the outcome is not unknown yet."""
+        if record.status is not OperationStatus.RUNNING or record.deadline is None:
+            return
+        if record.executor == self.executor_id:
+            return  # ours, and not in flight here (``inflight``): it ended
+        if self.clock() < record.deadline:
+            raise Busy(
+                f"operation {record.operation_id} was claimed by {record.executor}, which "
+                f"may still start it until {record.deadline.isoformat()}",
+                until=record.deadline,
+            )
 
     async def _recover(
         self, record: Operation, definition: ToolDefinition, dispatch: Dispatch

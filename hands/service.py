@@ -28,7 +28,7 @@ from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_
 from contracts import BrainhandsError, ErrorInfo, OperationMismatch
 from contracts.model import Frozen
 from contracts.tool import Cancellation, Dispatch, ResultEvent
-from hands.executor import Busy, Executor, Publish
+from hands.executor import Busy, Duplicate, Executor, Publish
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,12 @@ class HandsService:
             return
         try:
             await self.executor.handle(dispatch)
+        except Duplicate:
+            await _settle_message(message.ack())  # the other delivery here brings it home
+            return
         except Busy as busy:
             log.info("%s: %s", dispatch.operation_id, busy.message)
-            await _settle_message(message.nak(delay=self.settings.retry_delay.total_seconds()))
+            await _settle_message(message.nak(delay=self._retry_delay(busy)))
             return
         except OperationMismatch as error:
             log.error("%s: %s", dispatch.operation_id, error.message)
@@ -166,6 +169,12 @@ class HandsService:
             return
         self.executor.crash.reached("hands:before_ack")
         await _settle_message(message.ack())
+
+    def _retry_delay(self, busy: Busy) -> float:
+        delay = self.settings.retry_delay.total_seconds()
+        if busy.until is not None:
+            delay = (busy.until - self.executor.clock()).total_seconds() + 1
+        return min(max(delay, self.settings.retry_delay.total_seconds()), 3600.0)
 
     async def _keep_alive(self, message: Msg) -> None:
         every = self.settings.ack_wait.total_seconds() / 3

@@ -26,8 +26,10 @@ from brain.results import ResultWaiter
 from brain.runner import DriveReport, SessionRunner
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
-from bus import Bus, BusSettings
+from bus import DISPATCH_STREAM, Bus, BusSettings, dispatch_subject
 from contracts import CommitRecord, Outcome, ReplayPolicy
+from contracts.tool import Dispatch
+from hands.service import CONSUMER
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from tests.support.eventually import assert_eventually
@@ -177,3 +179,48 @@ async def _exists(path: Path) -> bool:
 async def _quiet(scene: Scene, op: str) -> bool:
     """The resumed Hands has nothing of the operation left: its container is removed."""
     return not await _exists(scene.host / f"bh-{op}")
+
+
+async def test_the_same_dispatch_delivered_three_times_to_two_hands_runs_once(
+    scene: Scene,
+) -> None:
+    """Three deliveries of one intent at once, to two Hands: a relay that published it
+    again (same message id: the server drops it) and two repeats the server cannot
+    recognise (other message ids — what a repeat after the duplicate window is)."""
+    dispatch = Dispatch(
+        operation_id="op-dup",
+        session_id="s1",
+        task_id="t1",
+        tool="act",
+        tool_version=1,
+        args={"sleep": 1.0},
+        replay=ReplayPolicy.UNSAFE,
+    )
+    topic = dispatch_subject("act")
+    hands = [scene.hands("hands-a"), scene.hands("hands-b")]
+    try:
+        published = await asyncio.gather(
+            scene.bus.publish(topic, dispatch, msg_id="op-dup"),
+            scene.bus.publish(topic, dispatch, msg_id="op-dup"),
+            scene.bus.publish(topic, dispatch, msg_id="op-dup.again"),
+            scene.bus.publish(topic, dispatch, msg_id="op-dup.after-window"),
+        )
+        assert sorted(published) == [False, True, True, True]
+        await assert_eventually(lambda: _settled(scene, "op-dup"), within=60)
+        await assert_eventually(lambda: _drained(scene), within=60)
+    finally:
+        for process in hands:
+            stop(process)
+    assert runs(scene.ledger) == ["op-dup"]
+    result = await scene.store.get_operation_result("op-dup")
+    assert result is not None and result.succeeded
+
+
+async def _settled(scene: Scene, op: str) -> bool:
+    return await scene.store.get_operation_result(op) is not None
+
+
+async def _drained(scene: Scene) -> bool:
+    """Every delivery was answered (acked): nothing pending or in flight."""
+    info = await scene.bus.js.consumer_info(scene.bus.stream(DISPATCH_STREAM), CONSUMER)
+    return info.num_pending == 0 and info.num_ack_pending == 0

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from brain.context import PhaseContext
-from runtime.crashpoints import CrashPoints
 from brain.embedded import run_until_idle
 from brain.outcome import Done
 from brain.registry import Backoff, Registry, TaskKind
@@ -21,6 +20,7 @@ from brain.services import Services
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher, ToolSpec
 from contracts import Submission, Task, utcnow
+from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 
 FAST = Backoff(initial=timedelta(milliseconds=10))

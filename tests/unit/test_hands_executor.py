@@ -9,14 +9,15 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contracts import Operation, OperationStatus, ReplayPolicy
+from contracts import Operation, OperationStatus, ReplayPolicy, utcnow
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
-from hands.executor import MAX_ARGUMENT_BYTES, Executor
+from hands.executor import MAX_ARGUMENT_BYTES, Busy, Executor
 from hands.sandbox import RunSpec
 from hands.sandbox.process import ProcessSandbox
 from session_store import SessionStore, open_store
@@ -151,11 +152,29 @@ async def test_a_new_executor_reconnects_to_a_run_whose_executor_died(hands: Han
 
 async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation:
     """An executor claimed attempt 1 and died before (or after) its container, which is
-    gone: the outcome is unknown."""
-    record = await hands.executor("dead")._record(d)
+    gone; its claim's deadline has passed: the outcome is unknown."""
+    dead = hands.executor("dead")
+    dead.clock = lambda: utcnow() - timedelta(hours=1)
+    record = await dead._record(d)
     definition = await hands.store.tools.get(d.tool, 1)
     assert definition is not None
-    return await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    return await dead._claim(record, definition, new_attempt=True)
+
+
+async def test_a_claim_without_a_container_is_waited_for_until_its_deadline(
+    hands: Hands,
+) -> None:
+    """Another executor claimed the operation and may be about to start its container:
+    the outcome is not unknown yet, so nothing is recovered, parked or run."""
+    record = await hands.executor("other")._record(dispatch("unsafe"))
+    definition = await hands.store.tools.get("unsafe", 1)
+    assert definition is not None
+    claimed = await hands.executor("other")._claim(record, definition, new_attempt=True)
+    with pytest.raises(Busy) as busy:
+        await hands.executor().handle(dispatch("unsafe"))
+    assert busy.value.until == claimed.deadline
+    current = await hands.store.get_operation("op-1")
+    assert current == claimed and hands.runs() == []
 
 
 async def test_unknown_outcome_of_a_safe_tool_is_replayed_with_the_same_id(hands: Hands) -> None:

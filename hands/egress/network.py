@@ -1,0 +1,115 @@
+"""The internal Docker network of egress-allowed containers (created idempotently).
+
+``internal=True``: Docker installs no route out of it; inter-container traffic is off
+(``enable_icc=false``) so two operations never talk to each other; masquerading is
+off. What remains reachable is the host on the bridge, which ``BridgeFirewall`` limits
+to the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+import requests
+
+from contracts import InvalidInput, StoreUnavailable
+
+_ICC = "com.docker.network.bridge.enable_icc"
+_MASQUERADE = "com.docker.network.bridge.enable_ip_masquerade"
+_BRIDGE_NAME = "com.docker.network.bridge.name"
+LABEL_EGRESS = "io.brainhands.egress"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EgressNetwork:
+    name: str
+    id: str
+    #: the host interface of the bridge (``br-<id[:12]>`` unless named)
+    bridge: str
+    #: the host's address on the bridge: where the proxy listens
+    gateway: str
+    subnet: str
+
+
+async def ensure_egress_network(
+    *, docker_url: str, name: str = "bh-egress", api_timeout: float = 120.0
+) -> EgressNetwork:
+    """The internal network ``name``, created when absent; refuses one that exists with
+    weaker settings (not internal, or containers allowed to talk to each other)."""
+    return await asyncio.to_thread(_ensure, docker_url, name, api_timeout)
+
+
+async def remove_egress_network(*, docker_url: str, name: str, api_timeout: float = 120.0) -> None:
+    """Remove the network (absent is fine; fails while containers are attached)."""
+    await asyncio.to_thread(_remove, docker_url, name, api_timeout)
+
+
+def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
+    with _client(docker_url, api_timeout) as api:
+        try:
+            return _described(api.inspect_network(name))
+        except docker.errors.NotFound:
+            pass
+        try:
+            api.create_network(
+                name,
+                driver="bridge",
+                internal=True,
+                options={_ICC: "false", _MASQUERADE: "false"},
+                labels={LABEL_EGRESS: "1"},
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as error:
+            if error.status_code != 409:
+                raise
+        return _described(api.inspect_network(name))
+
+
+def _remove(docker_url: str, name: str, api_timeout: float) -> None:
+    with _client(docker_url, api_timeout) as api, contextlib.suppress(docker.errors.NotFound):
+        api.remove_network(name)
+
+
+def _described(network: dict[str, Any]) -> EgressNetwork:
+    name, options = network["Name"], network.get("Options") or {}
+    if not network.get("Internal") or options.get(_ICC) != "false":
+        raise InvalidInput(
+            f"docker network {name} exists but is not internal with inter-container "
+            "traffic disabled; remove it or configure another egress network name"
+        )
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    subnets = [c for c in configs if ipaddress.ip_network(c["Subnet"]).version == 4]
+    if not subnets:
+        raise InvalidInput(f"docker network {name} has no IPv4 subnet")
+    subnet = ipaddress.ip_network(subnets[0]["Subnet"])
+    gateway = subnets[0].get("Gateway") or str(next(subnet.hosts()))
+    bridge = options.get(_BRIDGE_NAME) or f"br-{network['Id'][:12]}"
+    return EgressNetwork(
+        name=name, id=network["Id"], bridge=bridge, gateway=gateway, subnet=str(subnet)
+    )
+
+
+@contextlib.contextmanager
+def _client(docker_url: str, api_timeout: float) -> Iterator[Any]:
+    """A short-lived API client whose errors leave as the project's errors."""
+    api = docker.APIClient(base_url=docker_url, version="1.41", timeout=api_timeout)
+    try:
+        yield api
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as error:
+        raise StoreUnavailable(f"docker engine unreachable: {error}") from error
+    except docker.errors.APIError as error:
+        message = f"docker refused the egress network: {error.explanation or error}"
+        if (error.status_code or 500) >= 500:
+            raise StoreUnavailable(message) from error
+        raise InvalidInput(message) from error
+    except docker.errors.DockerException as error:
+        raise StoreUnavailable(f"docker engine unreachable: {error}") from error
+    finally:
+        api.close()
