@@ -24,7 +24,6 @@ from typing import Any
 
 from bench.stats import median
 from brain.context import PhaseContext
-from runtime.crashpoints import CrashPoints
 from brain.outcome import Done, Next, PhaseOutcome
 from brain.registry import Registry, TaskKind
 from brain.runner import SessionRunner
@@ -32,6 +31,7 @@ from brain.services import Services
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import utcnow
+from runtime.crashpoints import CrashPoints
 from session_store import open_store
 
 
