@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from bh import demo, devstack, store_commands
+from bh import demo, devstack, images_commands, store_commands
 
 app = typer.Typer(
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
@@ -12,6 +12,7 @@ app = typer.Typer(
 )
 app.add_typer(devstack.app, name="dev", help="Start and stop local infrastructure.")
 app.add_typer(store_commands.app, name="store")
+app.add_typer(images_commands.app, name="images")
 app.command(name="demo")(demo.demo)
 
 

@@ -140,7 +140,7 @@ def request_cancel(b: CommitBuilder, task_id: str, reason: str) -> None:
     while pending:
         current = b.task(pending.pop())
         if not current.is_terminal and not current.cancel_requested:
-            b.update(current.id, cancel_requested=True, reason=current.reason or reason)
+            b.update(current.id, cancel_requested=True, reason=reason)
         pending.extend(children.get(current.id, ()))
 
 

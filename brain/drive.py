@@ -24,7 +24,7 @@ from brain.ingest import ingest, root_task_id
 from brain.operations import Dispatched, OperationInFlight, OperationParked
 from brain.outcome import Effects, Fail, PhaseOutcome, Retry, Wait
 from brain.registry import TaskKind
-from bus import dispatch_subject
+from bus import CANCEL_SUBJECT, dispatch_subject
 from contracts import (
     BrainhandsError,
     ConflictError,
@@ -40,6 +40,7 @@ from contracts import (
     Task,
     TaskStatus,
 )
+from contracts.tool import Cancellation
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -204,7 +205,28 @@ class Drive:
             decide.finish(b, task.id)
         else:
             note = self.cancel_notes.pop(task.id, None)
+            self._cancel_operations(b, task)
             decide.settle_cancelled(b, task.id, runner_id=runner_id, note=note)
+
+    def _cancel_operations(self, b: CommitBuilder, task: Task) -> None:
+        """A cancelled task waiting on the Hands asks them, in the same commit (outbox),
+        to stop the operations it waits on that have no result yet."""
+        if task.wait is None:
+            return
+        reason = task.reason or "the task waiting on it was cancelled"
+        messages = tuple(
+            OutboxMessage(
+                id=f"{op}.cancel",
+                topic=CANCEL_SUBJECT,
+                payload=Cancellation(
+                    operation_id=op, session_id=self.handle.session_id, reason=reason
+                ).model_dump(mode="json"),
+            )
+            for op in task.wait.operations
+            if op in self.awaiting and f"{op}.cancel" not in self.handle.state.outbox
+        )
+        if messages:
+            b.add(Effects(outbox=messages), parent_id=task.id)
 
     def _migrate(self, b: CommitBuilder, task: Task) -> None:
         resolution = self.runner.registry.resolve(task)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from bus import Bus
+from bus import CANCEL_SUBJECT, Bus
 from contracts import OutboxMessage
 from runtime.crashpoints import CrashPoints
+
+#: Topics every Hands instance hears at once (plain NATS): a cancellation must reach the
+#: host whose container runs the operation.
+BROADCAST_TOPICS = frozenset({CANCEL_SUBJECT})
 
 
 class OutboxRelay:
@@ -27,7 +31,10 @@ class OutboxRelay:
         for message in messages:
             self.crash.reached(f"relay:before_publish:{message.topic}")
             data = json.dumps(message.payload).encode()
-            await self.bus.publish(message.topic, data, msg_id=message.id)
+            if message.topic in BROADCAST_TOPICS:  # to every listening Hands, no stream
+                await self.bus.broadcast(message.topic, data)
+            else:
+                await self.bus.publish(message.topic, data, msg_id=message.id)
             self.crash.reached(f"relay:published:{message.topic}")
             sent.append(message.id)
         return sent

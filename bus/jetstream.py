@@ -143,11 +143,12 @@ class Bus:
             raise StoreUnavailable(f"could not publish {msg_id} on {subject}: {error}") from None
         return not ack.duplicate
 
-    async def broadcast(self, topic: str, message: BaseModel) -> None:
+    async def broadcast(self, topic: str, message: BaseModel | bytes) -> None:
         """Plain NATS publish (no stream): for every current listener, lost if none."""
         subject = self.subject(topic)
+        data = message if isinstance(message, bytes) else message.model_dump_json().encode()
         try:
-            await self.nc.publish(subject, message.model_dump_json().encode())
+            await self.nc.publish(subject, data)
             await self.nc.flush(timeout=5)
         except (TimeoutError, nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"could not publish on {subject}: {error}") from None

@@ -17,8 +17,9 @@ from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import CommitRecord, Outcome, TaskStatus
 from hands.sandbox.process import ProcessSandbox
-from session_store import layout, open_store
+from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
+from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.toolpath import brain_services, ledger_tool, running_hands, runs, scratch_bus
 
@@ -74,3 +75,47 @@ async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_onc
     assert sum(1 for r in records if op in r.commit.outbox_done) == 1
     assert sum(1 for r in records if op in r.commit.applied_operations) == 1
     await store.close()
+
+
+async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    definition = await store.tools.register(ledger_tool("act", ledger))
+    tools = LocalDispatcher()
+    tools.add_sandboxed(definition)
+    registry = Registry()
+
+    async def slow(ctx: PhaseContext) -> PhaseOutcome:
+        await ctx.operation("act", {"sleep": 30.0}, "act")
+        return Done(result="finished")
+
+    registry.add(kind("caller", {"start": slow}))
+    sandbox = ProcessSandbox(tmp_path / "runs")
+    client = SessionClient(store)
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        await client.submit("s1", "r1", {"task": {"kind": "caller"}})
+        async with running_hands(store, sandbox, bus):
+            (op,) = (await runner.drive("s1")).awaiting
+            await assert_eventually(lambda: _running(sandbox, op), within=20)
+            await client.cancel("s1", request_id="r1", reason="not needed any more")
+            await runner.drive("s1")  # settles the task; its outbox asks the Hands to stop
+            await assert_eventually(lambda: _has_result(store, op), within=20)
+    result = await store.get_operation_result(op)
+    assert result is not None and result.termination == "cancelled"
+    assert result.error is not None and "not needed any more" in result.error.message
+    assert await sandbox.state(op) is None and runs(ledger) == []
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+    assert task is not None and task.outcome is Outcome.CANCELLED
+    await store.close()
+
+
+async def _running(sandbox: ProcessSandbox, op: str) -> bool:
+    return await sandbox.state(op) is not None
+
+
+async def _has_result(store: SessionStore, op: str) -> bool:
+    return await store.get_operation_result(op) is not None
