@@ -14,7 +14,9 @@ How a container meets its executor (the I/O contract, see ``docs/tools.md``):
   credentials for an allowed destination are added by the egress proxy.
 * stdout: one JSON document, the tool's output (query mode:
   ``{"found": bool, "output": ...}``); stderr: logs, kept as a capped tail.
-* exit status 0: succeeded; anything else: failed (stdout may carry an error object).
+* exit status 0: succeeded; 75 (EX_TEMPFAIL): the tool cannot tell whether its action
+  happened (e.g. the response was lost) — the outcome is unknown and is recovered by
+  the replay policy; anything else: failed (stdout may carry an error object).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ The store decides, the bus only delivers. For each dispatch the executor:
                                           ``uncertain``, for an operator; never re-run
    =====================================  ==========================================
 
+   A run that exits 75 (``EXIT_UNKNOWN``: the tool cannot tell whether its action
+   happened, e.g. a lost response) is an unknown outcome too, recovered the same way,
+   within ``MAX_ATTEMPTS`` starts.
 5. writes the result once (a stale executor's later write is refused; an identical one
    is accepted), closes the record, publishes the result event, and removes the
    container.
@@ -63,6 +66,11 @@ log = logging.getLogger(__name__)
 
 #: Largest frozen arguments a dispatch may carry (they travel in the container's env).
 MAX_ARGUMENT_BYTES = 64 * 1024
+#: A tool exits with this status (EX_TEMPFAIL) when it cannot tell whether its action
+#: happened (e.g. the response was lost): the outcome is unknown, not failed.
+EXIT_UNKNOWN = 75
+#: Starts of one operation before an unknown outcome is left to an operator.
+MAX_ATTEMPTS = 3
 #: Outputs larger than this are stored as a blob referenced by the result.
 INLINE_RESULT_BYTES = 16 * 1024
 
@@ -247,11 +255,15 @@ class Executor:
         started_before = record.attempts > 0 or record.status is OperationStatus.RUNNING
         if state is None and started_before:
             self._wait_if_starting(record)
-            return await self._recover(record, definition, dispatch)
+            why = (
+                f"attempt {record.attempts} by {record.executor} may have run, and left no "
+                "container and no result"
+            )
+            return await self._recover(record, definition, why)
         claimed = await self._claim(record, definition, new_attempt=state is None)
         self.crash.reached("hands:claimed")
         outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-        return await self._finish(claimed, outcome, "executed")
+        return await self._finish(claimed, definition, outcome, "executed")
 
     def _wait_if_starting(self, record: Operation) -> None:
         """Another executor claimed the operation and has no container (yet): until its
@@ -268,13 +280,20 @@ class Executor:
             )
 
     async def _recover(
-        self, record: Operation, definition: ToolDefinition, dispatch: Dispatch
+        self, record: Operation, definition: ToolDefinition, why: str
     ) -> OperationResult | None:
-        """An earlier attempt left no container and no result: its outcome is unknown."""
+        """The last attempt's outcome is unknown (``why``): recover by the tool's replay
+        policy, within ``MAX_ATTEMPTS`` starts."""
+        if record.attempts >= MAX_ATTEMPTS:
+            await self._park(
+                record,
+                f"{why}; {record.attempts} attempts made, giving the decision to an operator",
+            )
+            return None
         if definition.replay is ReplayPolicy.SAFE:
             claimed = await self._claim(record, definition, new_attempt=True)
             outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-            return await self._finish(claimed, outcome, "replayed")
+            return await self._finish(claimed, definition, outcome, "replayed")
         if definition.queryable:
             claimed = await self._claim(record, definition, new_attempt=False)
             found = await self._query(claimed, definition)
@@ -282,17 +301,19 @@ class Executor:
                 return await self._settle(claimed, found)
             retry = await self._claim(claimed, definition, new_attempt=True)
             outcome = await self._sandboxed(retry, definition, DispatchMode.RUN)
-            return await self._finish(retry, outcome, "executed")
-        reason = (
-            f"operation {record.operation_id} ({definition.ref}) may have run in attempt "
-            f"{record.attempts} (its executor {record.executor} died before a result); "
-            f"{definition.name} is not replay-safe and has no query, so it is not re-run: "
-            "an operator must decide"
+            return await self._finish(retry, definition, outcome, "executed")
+        await self._park(
+            record,
+            f"{why}; {definition.name} is not replay-safe and has no query, so it is not "
+            "re-run: an operator must decide",
         )
+        return None
+
+    async def _park(self, record: Operation, reason: str) -> None:
+        reason = f"operation {record.operation_id} ({record.tool}): {reason}"
         with contextlib.suppress(ConflictError, InvalidTransition):
             await self.store.transition_operation(record, OperationStatus.UNCERTAIN, reason=reason)
         log.warning("%s", reason)
-        return None
 
     async def _claim(
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
@@ -344,10 +365,15 @@ class Executor:
         return await self._result(record, outcome, "verified", output=answer.get("output"))
 
     async def _finish(
-        self, record: Operation, outcome: RunOutcome, path: str
+        self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
     ) -> OperationResult | None:
         if await self._cancelled_meanwhile(record):
             return await self.store.get_operation_result(record.operation_id)
+        if outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN:
+            await self.sandbox.remove(record.operation_id)
+            said = outcome.output.get("error") if isinstance(outcome.output, dict) else None
+            why = f"attempt {record.attempts} reported its outcome unknown ({said or 'exit 75'})"
+            return await self._recover(record, definition, why)
         result = await self._result(record, outcome, path)
         self.crash.reached("hands:collected")
         settled = await self._settle(record, result)
@@ -448,7 +474,7 @@ class Executor:
                     continue
                 definition = await self._definition(record.tool, record.tool_version)
                 outcome = await self._sandboxed(record, definition, DispatchMode.RUN)
-                await self._finish(record, outcome, "executed")
+                await self._finish(record, definition, outcome, "executed")
             elif overdue:
                 await self.sandbox.kill(run.operation_id, run.mode)
             else:

@@ -17,7 +17,7 @@ import pytest
 
 from contracts import Operation, OperationStatus, ReplayPolicy, utcnow
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
-from hands.executor import MAX_ARGUMENT_BYTES, Busy, Executor
+from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
 from hands.sandbox import RunSpec
 from hands.sandbox.process import ProcessSandbox
 from session_store import SessionStore, open_store
@@ -307,3 +307,20 @@ async def _record(hands: Hands, op: str) -> Operation:
     record = await hands.store.get_operation(op)
     assert record is not None
     return record
+
+
+async def test_a_run_that_says_its_outcome_is_unknown_is_verified_not_failed(
+    hands: Hands,
+) -> None:
+    """Exit 75: the tool cannot tell whether its action happened (a lost response)."""
+    result = await hands.executor().handle(dispatch("queryable", exit=75))
+    assert result is not None and result.succeeded and result.path == "verified"
+    assert hands.runs() == ["op-1"]  # the query found it: not run again
+
+
+async def test_unknown_outcomes_are_bounded_then_parked(hands: Hands) -> None:
+    assert await hands.executor().handle(dispatch("safe", exit=75)) is None
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.status is OperationStatus.UNCERTAIN
+    assert record.attempts == MAX_ATTEMPTS and "operator" in (record.reason or "")
+    assert hands.runs() == ["op-1"] * MAX_ATTEMPTS
