@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from bh import demo, devstack, images_commands, store_commands
+from bh import demo, devstack, images_commands, ops_commands, store_commands, tools_commands
 from hands import __main__ as hands_main
+from hands import api_server
 
 app = typer.Typer(
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
@@ -14,8 +15,13 @@ app = typer.Typer(
 app.add_typer(devstack.app, name="dev", help="Start and stop local infrastructure.")
 app.add_typer(store_commands.app, name="store")
 app.add_typer(images_commands.app, name="images")
+app.add_typer(ops_commands.app, name="ops")
+app.add_typer(tools_commands.app, name="tools")
 app.command(name="demo")(demo.demo)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)
+app.command(name="hands-api", help="Serve the Hands HTTP API (token from BH_HANDS_API_TOKEN).")(
+    api_server.serve_command
+)
 
 
 def main() -> None:

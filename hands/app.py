@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from bus import Bus, BusSettings
 from hands.executor import Executor
+from hands.metrics import HandsMetrics
 from hands.sandbox import Sandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
@@ -19,7 +20,10 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def open_hands(
-    settings: HandsSettings, *, crash: CrashPoints | None = None
+    settings: HandsSettings,
+    *,
+    crash: CrashPoints | None = None,
+    metrics: HandsMetrics | None = None,
 ) -> AsyncIterator[HandsService]:
     """A ready Hands service (``await service.run()``); everything closed on exit."""
     async with AsyncExitStack() as resources:
@@ -37,6 +41,7 @@ async def open_hands(
             publish=publisher(bus),
             executor_id=settings.executor_id,
             crash=crash or CrashPoints.from_env(),
+            metrics=metrics,
         )
         consumer = ConsumerSettings(
             concurrency=settings.concurrency,
@@ -60,4 +65,40 @@ async def make_sandbox(
             "limits): for tests and laptops only"
         )
         return ProcessSandbox(settings.process_root)
-    raise NotImplementedError("docker sandbox wiring arrives with hands.sandbox.docker")
+    return await _docker_sandbox(settings, store, resources)
+
+
+async def _docker_sandbox(
+    settings: HandsSettings, store: SessionStore, resources: AsyncExitStack
+) -> Sandbox:
+    """Hardened containers; egress-allowed tools reach only the allowlist proxy."""
+    from hands.egress.gateway import EgressGateway
+    from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
+
+    docker_url = settings.docker_url or "unix:///var/run/docker.sock"
+
+    async def policy(operation_id: str) -> tuple[str, ...]:
+        """The destinations an operation's tool was granted at registration."""
+        record = await store.get_operation(operation_id)
+        if record is None:
+            return ()
+        definition = await store.tools.get(record.tool, record.tool_version)
+        return () if definition is None else definition.network.allow
+
+    gateway = EgressGateway(
+        docker_url=docker_url,
+        secret=settings.secret,
+        policy=policy,
+        credentials=settings.credentials,
+        network=settings.egress_network,
+    )
+    route = await gateway.start()
+    resources.push_async_callback(gateway.close)
+    sandbox = DockerSandbox(
+        DockerSandboxConfig(
+            owner=settings.owner, docker_url=docker_url, runtime=settings.runtime, egress=route
+        )
+    )
+    await sandbox.check()
+    resources.push_async_callback(sandbox.close)
+    return sandbox

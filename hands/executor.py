@@ -58,6 +58,7 @@ from contracts import (
     utcnow,
 )
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
+from hands.metrics import HandsMetrics
 from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
@@ -108,6 +109,7 @@ class Executor:
         crash: CrashPoints | None = None,
         clock: Callable[[], datetime] = utcnow,
         grace: timedelta = timedelta(seconds=30),
+        metrics: HandsMetrics | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -116,6 +118,7 @@ class Executor:
         self.crash = crash or CrashPoints()
         self.clock = clock
         self.grace = grace
+        self.metrics = metrics or HandsMetrics()
         #: operations this instance is handling right now
         self.inflight: set[str] = set()
 
@@ -136,7 +139,7 @@ class Executor:
 
     async def _handle(self, dispatch: Dispatch) -> OperationResult | None:
         definition, problem = await self._check(dispatch)
-        record = await self._record(dispatch)
+        record = await self._record(dispatch, definition)
         if record.status is OperationStatus.UNCERTAIN:
             return None
         if record.status is OperationStatus.CANCELLED:  # cancelled before it ran
@@ -224,7 +227,9 @@ class Executor:
             raise _not_registered(tool, version)
         return definition
 
-    async def _record(self, dispatch: Dispatch) -> Operation:
+    async def _record(
+        self, dispatch: Dispatch, definition: ToolDefinition | None = None
+    ) -> Operation:
         """The operation's record, created from the committed intent if this is its first
         delivery; a record of another session, task, tool or arguments is refused."""
         record = await self.store.get_operation(dispatch.operation_id)
@@ -236,7 +241,7 @@ class Executor:
                 tool=dispatch.tool,
                 tool_version=dispatch.tool_version,
                 args=dispatch.args,
-                replay=dispatch.replay,
+                replay=definition.replay if definition is not None else dispatch.replay,
             )
             try:
                 record = await self.store.create_operation(intent)
@@ -313,6 +318,7 @@ class Executor:
         reason = f"operation {record.operation_id} ({record.tool}): {reason}"
         with contextlib.suppress(ConflictError, InvalidTransition):
             await self.store.transition_operation(record, OperationStatus.UNCERTAIN, reason=reason)
+        self.metrics.parked()
         log.warning("%s", reason)
 
     async def _claim(
@@ -421,6 +427,7 @@ class Executor:
         """Write the result once (the truth), close the record, announce it."""
         try:
             stored = await self.store.put_operation_result(result)
+            self.metrics.observe(stored)
         except AlreadyExists:
             # Another executor (or a stale one of ours) wrote first: its result stands.
             found = await self.store.get_operation_result(result.operation_id)

@@ -20,6 +20,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -55,6 +56,8 @@ _HOP_BY_HOP = frozenset(
 _MAX_HEADERS = 100
 _CHUNK = 64 * 1024
 _LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 5.6.2)
+_HOST = re.compile(r"[a-z0-9._-]{1,253}|\[[0-9a-f:.]{2,45}\]")  # never logged unchecked
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,8 +181,11 @@ class EgressProxy:
             await self._serve(reader, writer)
         except _Refusal as refusal:
             await _answer(writer, refusal)
+            await _linger(reader, writer)
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            pass  # ``close``: the connection ends here, nobody awaits this task
         except Exception:
             log.exception("egress proxy: unexpected failure")
         finally:
@@ -221,15 +227,16 @@ class EgressProxy:
         except asyncio.LimitOverrunError as error:
             status = (431, "Request Header Fields Too Large") if request else (502, "Bad Gateway")
             raise _Refusal(*status, "headers too large") from error
+        malformed = (400, "Bad Request") if request else (502, "Bad Gateway")
         lines = raw.decode("latin-1").split("\r\n")[:-2]
         start = lines[0].split(" ", 2)
         if len(start) < (3 if request else 2) or len(lines) > _MAX_HEADERS + 1:
-            raise _Refusal(*((400, "Bad Request") if request else (502, "Bad Gateway")), "bad head")
+            raise _Refusal(*malformed, "malformed head")
         head = _Head(start)
         for line in lines[1:]:
             name, colon, value = line.partition(":")
-            if not colon or not name or name != name.strip() or line[0] in " \t":
-                raise _Refusal(400, "Bad Request", "malformed header")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise _Refusal(*malformed, "malformed header")
             head.headers.append((name, value.strip()))
         return head
 
@@ -406,9 +413,10 @@ def _destination(method: str, target: str) -> tuple[str, int, str]:
             raise _Refusal(400, "Bad Request", "only absolute http:// URIs and CONNECT")
         host, colon, port = parts.hostname, ":", str(parts.port or 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise _Refusal(400, "Bad Request", f"bad destination {target!r}")
-    return host.lower().strip("[]"), int(port), path
+    host = host.lower()
+    if not colon or not _HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _Refusal(400, "Bad Request", "bad destination")
+    return host.strip("[]"), int(port), path
 
 
 def _permitted(address: str) -> bool:
@@ -432,3 +440,15 @@ async def _answer(writer: asyncio.StreamWriter, refusal: _Refusal) -> None:
     with contextlib.suppress(ConnectionError, RuntimeError):
         writer.write(_encode(f"HTTP/1.1 {refusal.status} {refusal.reason}", headers) + body)
         await writer.drain()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read what the client still sends (briefly, boundedly) before closing: closing
+    with unread input resets the connection, and the client would lose the answer."""
+    with contextlib.suppress(Exception):
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(1.0):
+            for _ in range(16):
+                if not await reader.read(_CHUNK):
+                    break

@@ -134,9 +134,9 @@ class _Capture:
             del self.tail[: -self.tail_size]
             return not self.over
 
-    def snapshot(self) -> tuple[bytes, bytes, bool]:
+    def snapshot(self) -> tuple[bytes, bytes]:
         with self.lock:
-            return bytes(self.head), bytes(self.tail), self.over
+            return bytes(self.head), bytes(self.tail)
 
 
 class _Follower:
@@ -186,7 +186,11 @@ class _Follower:
             stream, self._stream = self._stream, None
         if stream is not None:
             with contextlib.suppress(Exception):
-                stream.close()
+                stream.close()  # shuts the socket down: a blocked read returns
+            with contextlib.suppress(Exception):
+                # ... and the response still holds the socket's file (docker-py 7.1
+                # keeps it in ``CancellableStream._response``): release it too.
+                stream._response.close()
 
 
 @dataclass(slots=True)
@@ -438,7 +442,7 @@ class DockerSandbox:
             watch.over_limit = watch.capture.over
             ran = (finished - started).total_seconds() if started and finished else 0.0
             watch.timed_out = exit_code in _SIGNALLED and ran >= spec.tool.timeout_s
-        head, tail, _ = watch.capture.snapshot()
+        head, tail = watch.capture.snapshot()
         stderr = await self._logs(container["Id"], stdout=False)
         output, problem = (None, "over the limit") if watch.over_limit else _parse(head)
         oom = bool(state.get("OOMKilled"))

@@ -14,24 +14,19 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from brain.submissions import SessionClient
-from contracts import CommitRecord, Outcome, SubmissionStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
-from examples.emails.tasks import notice_operation_id
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
+from tests.support.five_emails import check_invariants, submit
 from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
-BATCH = "root.req.r1.c0.run"
 PARALLEL = 2
 
 
@@ -57,42 +52,6 @@ async def worker(servers: ExampleServers, store_url: str, session_id: str, **env
     if code not in (0, -signal.SIGKILL):
         raise AssertionError(f"worker failed ({code}): {err.decode()[-2000:]}")
     return code
-
-
-async def submit(store: SessionStore, session_id: str) -> None:
-    await SessionClient(store).submit(session_id, "req", {"text": scenario.REQUEST})
-
-
-def expected_operations(session_id: str) -> dict[str, str]:
-    return {
-        to: notice_operation_id(session_id, BATCH, index)
-        for index, to in enumerate(scenario.recipients())
-    }
-
-
-async def check_invariants(
-    store: SessionStore, email: EmailClient, session_id: str, where: str
-) -> list[dict[str, object]]:
-    session = await store.session(session_id)
-    submission = session.state.submissions["req"]
-    assert submission.status is SubmissionStatus.ANSWERED, f"{where}: {submission.status}"
-    operations = expected_operations(session_id)
-    ledger = await email.ledger()
-    sent = Counter(m.operation_id for m in ledger.messages)
-    for to, operation_id in operations.items():
-        assert sent[operation_id] == 1, f"{where}: {to} was sent {sent[operation_id]} times"
-        asked = ledger.requests.get(operation_id)
-        assert asked == 1, f"{where}: {to} was requested {asked} times (blind re-send?)"
-    batch = session.state.tasks[BATCH]
-    receipts: list[dict[str, object]] = batch.result["receipts"]  # type: ignore[index]
-    assert batch.outcome is Outcome.SUCCEEDED and len(receipts) == 5, where
-    assert [r["to"] for r in receipts] == list(operations), where
-    applied: Counter[str] = Counter()
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
-    assert all(count == 1 for count in applied.values()), f"{where}: applied twice: {applied}"
-    assert set(operations.values()) <= set(applied), f"{where}: a result was never applied"
-    return receipts
 
 
 async def crash_and_resume(

@@ -14,11 +14,12 @@ import docker  # type: ignore[import-untyped]
 import pytest
 
 from contracts import InvalidInput, NotFound, OperationMismatch, PayloadTooLarge, StoreUnavailable
-from contracts.tool import Termination, ToolDefinition
+from contracts.tool import Limits, Termination, ToolDefinition
 from hands.images import BASE_IMAGE
 from hands.sandbox import LABEL_OWNER, RunSpec, RunState, container_name
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from tests.support.eventually import assert_eventually
+from tests.support.http_server import free_port
 from tests.support.images import tool_images
 
 pytestmark = pytest.mark.docker
@@ -86,7 +87,10 @@ ECHO = (
     "import json, os, sys; print('to stderr', file=sys.stderr); print(os.environ['BH_ARGUMENTS'])"
 )
 # Prints a line, then waits for a while: long enough to be caught running.
-SLOW = "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(4); print('{\"done\": true}')"
+SLOW = (
+    "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(4); "
+    "print('{\"done\": true}')"
+)
 
 
 async def test_a_run_exits_with_its_output(sandbox: DockerSandbox, base_image: str) -> None:
@@ -132,8 +136,11 @@ async def test_a_run_whose_executor_died_is_reconnected_not_restarted(
         await first
     assert engine.inspect_container(name)["State"]["Running"]
 
-    async with owned_sandbox(sandbox.config.owner) as later:
+    later = DockerSandbox(sandbox.config)  # a new executor, same deployment
+    try:
         outcome = await later.run(spec)
+    finally:
+        await later.close()
 
     after = engine.inspect_container(name)
     assert outcome.termination is Termination.EXITED and outcome.output == {"done": True}
@@ -181,6 +188,35 @@ async def test_an_exited_run_is_collected_without_running_again(
     assert engine.inspect_container(first.container)["State"]["StartedAt"] == started
 
 
+FLOOD = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
+DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
+
+@pytest.mark.parametrize(
+    ("code", "fields", "termination"),
+    [
+        (FLOOD, {"limits": Limits(output_bytes=100_000)}, Termination.OUTPUT_LIMIT),
+        pytest.param(DEAF, {"timeout_s": 2}, Termination.TIMEOUT, marks=pytest.mark.slow),
+    ],
+    ids=["output_limit", "timeout"],
+)
+async def test_a_collected_run_keeps_what_ended_it(
+    sandbox: DockerSandbox,
+    base_image: str,
+    code: str,
+    fields: dict[str, Any],
+    termination: Termination,
+) -> None:
+    spec = spec_of(python_tool(base_image, code, **fields))
+    first = await sandbox.run(spec)
+
+    collected = await sandbox.run(spec)  # as an executor that died before reading it
+
+    assert first.termination is collected.termination is termination
+    assert collected.reconnected and collected.truncated is first.truncated
+    assert collected.exit_code == first.exit_code == 137
+
+
 async def test_a_created_but_never_started_container_is_started(
     sandbox: DockerSandbox, base_image: str
 ) -> None:
@@ -202,7 +238,8 @@ async def test_kill_removes_a_running_container(sandbox: DockerSandbox, base_ima
 
     assert await sandbox.state(spec.operation_id) is None
     outcome = await asyncio.wait_for(running, 60)
-    assert outcome.termination is Termination.CANCELLED
+    # Removed before its end was read, or read killed in the moment before removal.
+    assert outcome.termination is Termination.CANCELLED or outcome.exit_code == 137
     assert await sandbox.kill(spec.operation_id)  # absent: certainly gone
 
 
@@ -274,14 +311,14 @@ async def test_egress_without_a_proxy_is_refused(sandbox: DockerSandbox, base_im
 async def test_an_absent_runtime_is_refused_clearly(base_image: str) -> None:
     box = DockerSandbox(DockerSandboxConfig(owner="test-runtime", runtime="no-such-runtime"))
     try:
-        with pytest.raises(InvalidInput, match="no-such-runtime.*runc"):
+        with pytest.raises(InvalidInput, match=r"no-such-runtime.*runc"):
             await box.check()
     finally:
         await box.close()
 
 
 async def test_an_unreachable_engine_is_retryable() -> None:
-    config = DockerSandboxConfig(owner="test-x", docker_url="unix:///nonexistent/docker.sock")
+    config = DockerSandboxConfig(owner="test-x", docker_url=f"tcp://127.0.0.1:{free_port()}")
     box = DockerSandbox(config)
     try:
         with pytest.raises(StoreUnavailable) as raised:

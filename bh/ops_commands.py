@@ -1,0 +1,185 @@
+"""``bh ops``: look at, list, cancel and verify operations through the Hands API.
+
+The API is found by ``--api-url`` / ``BH_HANDS_API_URL`` and authenticated with
+``--token`` / ``BH_HANDS_API_TOKEN`` (prefer the variable: options show in ``ps``).
+Exit status 2 on an error (``code: message`` on stderr); ``verify`` exits 1 when the
+tool's query did not find the operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from bh.hands_client import HandsClient
+from contracts import BrainhandsError, OperationStatus
+from hands.api.views import DEFAULT_CANCEL_REASON, OperationSummary, OperationView
+
+app = typer.Typer(help="Inspect, cancel and verify operations (Hands API).", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+_T = TypeVar("_T")
+
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api-url", envvar="BH_HANDS_API_URL", show_envvar=True, help="The Hands API's URL."
+    ),
+]
+ApiToken = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="BH_HANDS_API_TOKEN",
+        show_envvar=True,
+        show_default=False,
+        help="The Hands API token (prefer the variable).",
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+OperationId = Annotated[str, typer.Argument(help="The operation's id.")]
+
+
+@app.command()
+def get(
+    operation_id: OperationId, api_url: ApiUrl = None, token: ApiToken = None, as_json: Json = False
+) -> None:
+    """Show an operation's record and, once written, its result and log tail."""
+    view = run_client(api_url, token, lambda hands: hands.operation(operation_id))
+    if as_json:
+        print_json(view)
+        return
+    show_operation(view)
+
+
+@app.command(name="list")
+def list_(
+    session: Annotated[
+        str | None,
+        typer.Option(help="The session (default: scan up to 100 active sessions)."),
+    ] = None,
+    status: Annotated[OperationStatus | None, typer.Option(help="Only this status.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """List operations, oldest first."""
+    found = run_client(
+        api_url, token, lambda hands: hands.operations(session=session, status=status, limit=limit)
+    )
+    if as_json:
+        print_json(found)
+        return
+    console.print(operations_table(found.operations))
+    if found.truncated:
+        errors.print("[yellow]more operations match[/]: narrow with --session/--status/--limit")
+
+
+@app.command()
+def cancel(
+    operation_id: OperationId,
+    reason: Annotated[str, typer.Option(help="Why (recorded with the operation).")] = (
+        DEFAULT_CANCEL_REASON
+    ),
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Cancel an operation that has no result yet (one that has keeps it)."""
+    view = run_client(api_url, token, lambda hands: hands.cancel(operation_id, reason))
+    if as_json:
+        print_json(view)
+        return
+    show_operation(view)
+    if view.result is None:
+        console.print("cancellation sent; the Hands whose host runs it records the result")
+
+
+@app.command()
+def verify(
+    operation_id: OperationId, api_url: ApiUrl = None, token: ApiToken = None, as_json: Json = False
+) -> None:
+    """Ask the tool's query entry point whether the operation happened."""
+    verification = run_client(api_url, token, lambda hands: hands.verify(operation_id))
+    if as_json:
+        print_json(verification)
+    else:
+        show_operation(verification.operation)
+        said = "found: its outcome is the result" if verification.found else "not found"
+        console.print(f"query: [bold]{said}[/]")
+    if not verification.found:
+        raise typer.Exit(1)
+
+
+def show_operation(view: OperationView) -> None:
+    table = Table("field", "value", show_header=False, title=f"operation {view.operation_id}")
+    for key, value in view.model_dump(exclude={"result"}).items():
+        table.add_row(key, _cell(value))
+    result = view.result
+    if result is not None:
+        for key, value in result.model_dump(exclude={"log_tail"}).items():
+            table.add_row(f"result.{key}", _cell(value))
+    console.print(table)
+    if result is not None and result.log_tail:
+        console.rule("log tail")
+        console.print(result.log_tail, markup=False, highlight=False)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def operations_table(operations: list[OperationSummary]) -> Table:
+    table = Table(title="operations")
+    for column in ("operation", "session", "tool", "status", "attempts", "executor", "reason"):
+        table.add_column(column, overflow="fold")
+    for op in operations:
+        tool = op.tool if op.tool_version is None else f"{op.tool}@{op.tool_version}"
+        decided = f" — decided by {op.decided_by}: {op.decision}" if op.decided_by else ""
+        table.add_row(
+            op.operation_id,
+            op.session_id,
+            tool,
+            op.status.value,
+            str(op.attempts),
+            op.executor or "",
+            (op.reason or "") + decided,
+        )
+    return table
+
+
+def print_json(model: BaseModel) -> None:
+    console.print_json(model.model_dump_json())
+
+
+def run_client(
+    api_url: str | None, token: str | None, call: Callable[[HandsClient], Awaitable[_T]]
+) -> _T:
+    """Run one call against the API; errors become ``code: message`` and exit 2."""
+
+    async def body() -> _T:
+        async with HandsClient(api_url or "", token or "") as hands:
+            return await call(hands)
+
+    return run(body())
+
+
+def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    try:
+        return asyncio.run(coroutine)
+    except BrainhandsError as error:
+        errors.print(f"[red]{error.code}[/]: {error.message}", highlight=False)
+        raise typer.Exit(2) from None

@@ -1,0 +1,107 @@
+"""The Hands API as one ASGI app, built from what it serves (no globals).
+
+``create_app(store=..., executor=..., sandbox=..., bus=..., token=...)``; serve it with
+uvicorn (``hands.api_server.serve_api``). Every route but ``/healthz`` needs
+``Authorization: Bearer <token>``; the OpenAPI document is at ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request, Response, Security
+from fastapi.security import HTTPBearer
+from pydantic import SecretStr
+
+from bus import Bus
+from contracts import InvalidInput
+from hands.api import errors
+from hands.api.auth import BearerAuth
+from hands.api.context import ApiContext
+from hands.api.operations import operations_router
+from hands.api.tools import tools_router
+from hands.api.views import ErrorBody, Health
+from hands.executor import Executor
+from hands.metrics import HandsMetrics
+from hands.sandbox import Sandbox
+from session_store import SessionStore
+
+#: Documents the bearer scheme in the OpenAPI document; ``BearerAuth`` enforces it.
+_BEARER = HTTPBearer(auto_error=False, description="The Hands API token.")
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    422: {"model": ErrorBody, "description": "A field is missing or invalid"},
+}
+
+
+def create_app(
+    *,
+    store: SessionStore,
+    executor: Executor,
+    sandbox: Sandbox,
+    bus: Bus | None,
+    token: SecretStr,
+    metrics: HandsMetrics | None = None,
+) -> FastAPI:
+    """The API over ``store`` (the truth), acting through ``executor`` and ``sandbox``
+    (this host's), broadcasting cancellations on ``bus`` when there is one."""
+    if not token.get_secret_value().strip():
+        raise InvalidInput("the Hands API needs a non-empty token")
+    context = ApiContext(
+        store=store,
+        executor=executor,
+        sandbox=sandbox,
+        bus=bus,
+        metrics=metrics or HandsMetrics(),
+    )
+    app = FastAPI(
+        title="brainhands Hands API",
+        version=_version(),
+        description="Operations (status, result, logs; cancel, verify), the tool "
+        "registry, health and metrics of a Hands deployment.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.add_middleware(BearerAuth, token=token)
+    errors.install(app)
+    app.include_router(_health_router())
+    for router in (operations_router(context), tools_router(context), _metrics_router(context)):
+        app.include_router(router, dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED)
+    return app
+
+
+def _health_router() -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get("/healthz")
+    async def healthz() -> Health:
+        """Liveness, without authentication; says nothing else."""
+        return Health()
+
+    return router
+
+
+def _metrics_router(context: ApiContext) -> APIRouter:
+    router = APIRouter(tags=["metrics"])
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics of this process (see ``hands.metrics``)."""
+        await context.metrics.refresh(sandbox=context.sandbox, bus=context.bus)
+        body, content_type = context.metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    return router
+
+
+def _version() -> str:
+    try:
+        return version("brainhands")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,253 @@
+"""Serving the Hands API: its settings, and ``serve_api`` (uvicorn until SIGINT/SIGTERM).
+
+The API opens the same store, bus and sandbox as a Hands instance on this host, with an
+executor of its own (cancel and verify act through it). With ``consume`` it also runs
+the dispatch consumer in the same process — one process per Hands host, whose
+``/metrics`` then covers every operation it ran.
+
+It refuses to start without a token (``BH_HANDS_API_TOKEN``, at least
+``MIN_TOKEN_LENGTH`` characters), which is read from the environment only, never from a
+command line (where ``ps`` would show it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from typing import Annotated, Any, Final
+
+import typer
+from pydantic import Field, SecretStr, ValidationError, field_validator
+
+from bus import Bus, BusSettings
+from contracts import BrainhandsError, InvalidInput
+from contracts.model import Frozen
+from contracts.tool import ResultEvent
+from hands.app import make_sandbox
+from hands.executor import Executor
+from hands.service import ConsumerSettings, HandsService, publisher
+from hands.settings import HandsSettings
+from session_store import open_store
+
+log = logging.getLogger(__name__)
+
+MIN_TOKEN_LENGTH: Final = 16
+DEFAULT_PORT: Final = 8470
+
+
+class ApiSettings(Frozen):
+    hands: HandsSettings
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    token: SecretStr
+    #: connect to NATS: cancellations reach every Hands, ``/metrics`` shows queue depth
+    bus: bool = True
+    #: also consume dispatches in this process (needs the bus)
+    consume: bool = False
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr) -> SecretStr:
+        if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
+        return token
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        bus: bool | None = None,
+        consume: bool | None = None,
+        **hands: object,
+    ) -> ApiSettings:
+        """Settings from ``BH_HANDS_API_*`` (and the Hands' ``BH_*``); arguments win."""
+        env = os.environ
+        token = env.get("BH_HANDS_API_TOKEN", "")
+        if len(token.strip()) < MIN_TOKEN_LENGTH:
+            raise InvalidInput(
+                "the Hands API will not start without a token: set BH_HANDS_API_TOKEN to a "
+                f"secret of at least {MIN_TOKEN_LENGTH} characters "
+                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
+        values: dict[str, object] = {
+            "hands": HandsSettings.from_env(**hands),
+            "token": token,
+            "host": host or env.get("BH_HANDS_API_HOST") or "127.0.0.1",
+            "port": port if port is not None else env.get("BH_HANDS_API_PORT") or DEFAULT_PORT,
+            "bus": bus if bus is not None else True,
+            "consume": consume if consume is not None else _flag(env.get("BH_HANDS_API_CONSUME")),
+        }
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise InvalidInput(f"API setting {field} is invalid: {first['msg']}") from None
+        if settings.consume and not settings.bus:
+            raise InvalidInput("consuming dispatches needs the bus; drop --no-bus or --consume")
+        return settings
+
+
+async def serve_api(settings: ApiSettings) -> None:
+    """Open store, bus and sandbox, serve until SIGINT/SIGTERM, close everything."""
+    hands = settings.hands
+    async with AsyncExitStack() as resources:
+        store = await open_store(hands.store_url)
+        resources.push_async_callback(store.close)
+        bus: Bus | None = None
+        if settings.bus:
+            bus = await Bus.connect(
+                BusSettings(url=hands.nats_url, namespace=hands.namespace),
+                name=f"{hands.executor_id}:api",
+            )
+            resources.push_async_callback(bus.close)
+        else:
+            log.warning("no bus: cancellations reach only this host's containers")
+        sandbox = await make_sandbox(hands, store, resources)
+        # The web stack is imported only to serve (``bh`` stays quick to start).
+        from hands.api.app import create_app
+        from hands.metrics import HandsMetrics
+
+        metrics = HandsMetrics()
+        executor = Executor(
+            store=store,
+            sandbox=sandbox,
+            publish=publisher(bus) if bus is not None else _unannounced,
+            executor_id=hands.executor_id,
+            metrics=metrics,
+        )
+        app = create_app(
+            store=store,
+            executor=executor,
+            sandbox=sandbox,
+            bus=bus,
+            token=settings.token,
+            metrics=metrics,
+        )
+        server = _server(app, settings)
+        consumer: asyncio.Task[None] | None = None
+        service: HandsService | None = None
+        if settings.consume and bus is not None:
+            service = HandsService(bus=bus, executor=executor, settings=_consumer(hands))
+            consumer = asyncio.create_task(service.run())
+            # A consumer that died takes the API down with it (its error is raised below).
+            consumer.add_done_callback(lambda _: setattr(server, "should_exit", True))
+        try:
+            with _stop_on_signals(server):
+                await server.serve()
+        finally:
+            if service is not None and consumer is not None:
+                await service.shutdown()
+                consumer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await consumer
+
+
+def serve_command(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [BH_HANDS_API_HOST; 127.0.0.1]")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help=f"Port [BH_HANDS_API_PORT; {DEFAULT_PORT}]")
+    ] = None,
+    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
+    nats: Annotated[str | None, typer.Option(help="NATS URL [BH_NATS_URL]")] = None,
+    sandbox: Annotated[
+        str | None, typer.Option(help="docker (default) or process (NOT isolated)")
+    ] = None,
+    bus: Annotated[
+        bool, typer.Option("--bus/--no-bus", help="Connect to NATS (cancel broadcast, queue)")
+    ] = True,
+    consume: Annotated[
+        bool | None,
+        typer.Option("--consume/--no-consume", help="Also run dispatches [BH_HANDS_API_CONSUME]"),
+    ] = None,
+) -> None:
+    """Serve the Hands HTTP API; the token comes from BH_HANDS_API_TOKEN only."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings = ApiSettings.from_env(
+            host=host,
+            port=port,
+            bus=bus,
+            consume=consume,
+            store_url=store,
+            nats_url=nats,
+            sandbox=sandbox,
+        )
+        asyncio.run(serve_api(settings))
+    except BrainhandsError as error:
+        typer.echo(f"{error.code}: {error.message}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _server(app: Any, settings: ApiSettings) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn, leaving signals to ``serve_api``: uvicorn's own handling re-raises
+        SIGTERM once it stopped, which would end the process before the store, bus and
+        consumer are closed."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="off",
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )
+    return Server(config)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(server: Any) -> Iterator[None]:
+    """SIGINT/SIGTERM: stop gracefully; a second one: stop now."""
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop)
+    try:
+        yield
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+def _consumer(hands: HandsSettings) -> ConsumerSettings:
+    return ConsumerSettings(
+        concurrency=hands.concurrency,
+        ack_wait=hands.ack_wait,
+        max_deliver=hands.max_deliver,
+        reap_every=hands.reap_every,
+    )
+
+
+async def _unannounced(event: ResultEvent) -> None:
+    """Without a bus, results are only in the store (the truth); the Brains' reconciler
+    finds them there."""
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+if __name__ == "__main__":
+    typer.run(serve_command)
