@@ -87,7 +87,7 @@ async def _docker_sandbox(
 
     gateway = EgressGateway(
         docker_url=docker_url,
-        secret=settings.secret,
+        secret=settings.proxy_secret(),
         policy=policy,
         credentials=settings.credentials,
         network=settings.egress_network,

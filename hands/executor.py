@@ -470,8 +470,10 @@ class Executor:
         for run in await self.sandbox.owned():
             result = await self.store.get_operation_result(run.operation_id)
             overdue = run.deadline is not None and self.clock() > run.deadline + self.grace
-            if result is not None:
+            if result is not None and run.state is RunState.EXITED:
                 await self.sandbox.remove(run.operation_id, run.mode)
+            elif result is not None:  # settled (e.g. cancelled) yet still running
+                await self.sandbox.kill(run.operation_id, run.mode)
             elif run.mode is DispatchMode.RUN and (run.state is RunState.EXITED or overdue):
                 record = await self.store.get_operation(run.operation_id)
                 if record is None:

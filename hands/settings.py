@@ -3,8 +3,10 @@ entry point (``hands.__main__``, ``bh hands``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import socket
 import uuid
 from datetime import timedelta
@@ -38,11 +40,31 @@ class HandsSettings(Frozen):
     ack_wait: timedelta = timedelta(seconds=30)
     max_deliver: int = Field(default=5, ge=1)
     reap_every: timedelta = timedelta(seconds=60)
-    #: HMAC key of the egress proxy's per-operation tokens (same on every instance)
-    secret: SecretStr = Field(default_factory=lambda: SecretStr(uuid.uuid4().hex))
+    #: HMAC key of the egress proxy's per-operation tokens: stable across restarts (a
+    #: container that outlives its Hands keeps its proxy token), so by default kept in
+    #: ``secret_file``, created once (mode 0600)
+    secret: SecretStr | None = None
+    secret_file: Path = Path.home() / ".config" / "brainhands" / "hands.secret"
     #: headers the egress proxy adds per destination (``host:port``): never in a sandbox
     credentials: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     egress_network: str = "bh-egress"
+
+    def proxy_secret(self) -> SecretStr:
+        """The configured secret, or this host's persisted one (created on first use)."""
+        if self.secret is not None:
+            return self.secret
+        path = self.secret_file
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            draft = path.with_name(f".{path.name}.{os.getpid()}")
+            descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secrets.token_hex(32))
+            # link, not rename: of several first starts, exactly one secret wins, whole
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+            draft.unlink()
+        return SecretStr(path.read_text().strip())
 
     @classmethod
     def from_env(cls, **overrides: object) -> HandsSettings:
@@ -61,6 +83,7 @@ class HandsSettings(Frozen):
             "process_root": "BH_HANDS_PROCESS_ROOT",
             "concurrency": "BH_HANDS_CONCURRENCY",
             "secret": "BH_HANDS_SECRET",
+            "secret_file": "BH_HANDS_SECRET_FILE",
             "egress_network": "BH_HANDS_EGRESS_NETWORK",
         }
         for field, variable in optional.items():

@@ -7,10 +7,12 @@ service of the host — on the gateway address, on any other host address, bound
 ``INPUT`` for the bridge interface, accept only TCP to the proxy's address and port and
 drop everything else the bridge sends to the host (IPv6 too, when ``ip6tables`` exists).
 
-Needs root (CAP_NET_ADMIN) and the ``iptables`` binary. ``install`` is idempotent and
-replaces stale rules (a restarted Hands on another port) without an open window;
-``fence`` keeps only the drop (the proxy is gone but containers may still run);
-``remove`` deletes everything.
+Needs root (CAP_NET_ADMIN) and the ``iptables`` binary. Several Hands on one host share
+the chain: ``install`` (idempotent) adds this proxy's accept above the final drop and
+never removes another's; ``fence`` withdraws only this proxy's accept (the proxy is
+gone but containers may still run); ``remove`` deletes everything (teardown). An
+accept left by a Hands that was SIGKILLed names a port nobody listens on until a
+proxy takes it again.
 """
 
 from __future__ import annotations
@@ -41,17 +43,30 @@ class BridgeFirewall:
         self._tables = [iptables] + ([ip6tables] if ip6tables and shutil.which(ip6tables) else [])
 
     async def install(self) -> None:
-        """Accept TCP to the proxy, drop the rest from the bridge (idempotent)."""
+        """Accept TCP to this proxy, drop the rest from the bridge (idempotent). Several
+        Hands on one host (each with its proxy port) share the chain: each adds its own
+        accept above the final drop and never removes another's."""
         for index, binary in enumerate(self._tables):
-            wanted = [self._accept] if index == 0 else []
-            await self._ensure_chain(binary, [*wanted, ["-j", "DROP"]])
+            await self._ensure_drop_last(binary)
+            if index == 0 and await _iptables(binary, "-C", self.chain, *self._accept, check=False):
+                await _iptables(binary, "-I", self.chain, "1", *self._accept)
             await self._ensure_jump(binary)
 
     async def fence(self) -> None:
-        """Drop everything from the bridge (the proxy is stopped)."""
+        """Withdraw this proxy's accept (it is stopped); the drop stays, so containers
+        that outlive this process reach nothing."""
         for binary in self._tables:
-            await self._ensure_chain(binary, [["-j", "DROP"]])
+            await self._ensure_drop_last(binary)
+            while await _iptables(binary, "-D", self.chain, *self._accept, check=False) == 0:
+                pass
             await self._ensure_jump(binary)
+
+    async def _ensure_drop_last(self, binary: str) -> None:
+        if await _iptables(binary, "-n", "-L", self.chain, check=False) != 0:
+            await _iptables(binary, "-N", self.chain)
+        listed = (await _output(binary, "-S", self.chain)).splitlines()
+        if not listed or listed[-1].strip() != f"-A {self.chain} -j DROP":
+            await _iptables(binary, "-A", self.chain, "-j", "DROP")
 
     async def remove(self) -> None:
         """Delete the jump and the chain (absent is fine)."""
@@ -69,21 +84,6 @@ class BridgeFirewall:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.remove()
-
-    async def _ensure_chain(self, binary: str, rules: list[list[str]]) -> None:
-        """Make the chain hold exactly ``rules``, in order, never passing through a
-        state that accepts more than either the old or the new rules."""
-        if await _iptables(binary, "-n", "-L", self.chain, check=False) != 0:
-            await _iptables(binary, "-N", self.chain)
-        # The wanted rules go on top first, then whatever follows them (stale rules, e.g.
-        # the ACCEPT of an older port) is deleted.
-        for position, rule in enumerate(rules, start=1):
-            await _iptables(binary, "-I", self.chain, str(position), *rule)
-        while await _iptables(binary, "-D", self.chain, str(len(rules) + 1), check=False) == 0:
-            pass
-        listed = await _output(binary, "-S", self.chain)
-        if sum(line.startswith("-A ") for line in listed.splitlines()) != len(rules):
-            raise InvalidInput(f"{binary} chain {self.chain} does not hold the expected rules")
 
     async def _ensure_jump(self, binary: str) -> None:
         jump = ["-i", self.interface, "-j", self.chain]

@@ -11,6 +11,8 @@ Implementations: ``hands.sandbox.docker.DockerSandbox`` (hardened Docker contain
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -30,9 +32,20 @@ LABEL_DEADLINE = "io.brainhands.deadline"
 
 
 def container_name(operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> str:
-    """The one name a run of ``operation_id`` can have (a second create fails)."""
+    """The one name a run of ``operation_id`` can have (a second create fails).
+
+    Docker names allow letters, digits, ``_``, ``.`` and ``-``; an id with other
+    characters (identifiers may hold ``:`` and ``@``) keeps a readable form plus a hash
+    of the exact id, so two ids never share a name."""
     suffix = "" if mode is DispatchMode.RUN else f"-{mode.value}"
-    return f"bh-{operation_id}{suffix}"
+    if _DOCKER_SAFE.fullmatch(operation_id):
+        return f"bh-{operation_id}{suffix}"
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", operation_id)
+    digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
+    return f"bh-{readable}-{digest}{suffix}"
+
+
+_DOCKER_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class RunSpec(Frozen):

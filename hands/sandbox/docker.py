@@ -264,6 +264,11 @@ class DockerSandbox:
             return await self._follow(spec, found, reconnected)
         except NotFound:
             return _gone(name, reconnected)
+        except ConflictError:
+            # "dead or marked for removal": killed (cancelled) while we collected it
+            if await self._removing(name):
+                return _gone(name, reconnected)
+            raise
 
     async def _follow(
         self, spec: RunSpec, container: dict[str, Any], reconnected: bool
@@ -563,6 +568,10 @@ class DockerSandbox:
             return dict(await self._call(self._api.inspect_container, name))
         except NotFound:
             return None
+
+    async def _removing(self, name: str) -> bool:
+        found = await self._inspect(name)
+        return found is None or found["State"]["Status"] in ("removing", "dead")
 
     async def _inspect_id(self, container_id: str) -> dict[str, Any]:
         return dict(await self._call(self._api.inspect_container, container_id))
