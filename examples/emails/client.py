@@ -85,9 +85,14 @@ class EmailClient:
         """Everything the service has sent, and how often each operation was requested."""
         return _read(await self._admin("GET", "/ledger"), Ledger)
 
-    async def set_faults(self, drop_responses: int, hold_seconds: float = 5.0) -> None:
-        """Make the service accept the next sends but drop their responses."""
-        faults = Faults(drop_responses=drop_responses, hold_seconds=hold_seconds)
+    async def set_faults(
+        self, drop_responses: int, hold_seconds: float = 5.0, *, operation_id: str | None = None
+    ) -> None:
+        """Make the service accept the next sends (of ``operation_id`` only, when given)
+        but drop their responses."""
+        faults = Faults(
+            drop_responses=drop_responses, hold_seconds=hold_seconds, operation_id=operation_id
+        )
         await self._admin("POST", "/faults", json=faults.model_dump())
 
     async def clear_faults(self) -> None:

@@ -119,7 +119,8 @@ class EmailService:
             return send
         response = self._accept(send)
         await self.book.persist()
-        if self.faults.drop_responses:
+        targeted = self.faults.operation_id in (None, send.operation_id)
+        if self.faults.drop_responses and targeted:
             hold = self.faults.hold_seconds
             self.faults = self.faults.model_copy(
                 update={"drop_responses": self.faults.drop_responses - 1}

@@ -64,7 +64,9 @@ class Ledger(Frozen):
 
 
 class Faults(Frozen):
-    """Fault switch: accept the next ``drop_responses`` sends but never answer them."""
+    """Fault switch: accept the next ``drop_responses`` sends (of ``operation_id`` only,
+    when given) but never answer them."""
 
     drop_responses: int = Field(default=0, ge=0)
     hold_seconds: float = Field(default=5.0, ge=0)
+    operation_id: str | None = None

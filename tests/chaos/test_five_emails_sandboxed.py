@@ -1,0 +1,197 @@
+"""The five-emails example with ``send_email`` sandboxed on the Hands (real Docker, NATS,
+Brain and Hands processes): crash either side at the tool path's points and recover.
+
+The clean run's traces (``BH_CRASH_TRACE``) enumerate the points of both processes:
+dispatch commit, relay publish, the "sent" commit, Hands claim, container start,
+result write, result publish, ack, and the apply commit. The test command runs every
+distinct point once (the occurrence chosen by a seeded draw, printed); set
+``BH_CHAOS_FULL=1`` to run every occurrence. For each: the submission is answered,
+each email was sent once and requested once, each result entered the session once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from examples.emails.client import EmailClient
+from examples.emails.tasks import notice_operation_id
+from session_store import SessionStore, open_store
+from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
+from tests.support.five_emails import BATCH, check_invariants, submit
+from tests.support.images import tool_images
+from tests.support.sandboxed import Rig, register_send_email, stop
+from tests.support.services import require
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.docker, pytest.mark.nats]
+
+SEED = int(os.environ.get("BH_CHAOS_SEED", "7"))
+PARALLEL = 2
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[ExampleServers]:
+    from examples.emails import scenario
+
+    with example_servers(scenario.SCRIPT_PATH) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    return tool_images()
+
+
+async def _store(tmp_path: Path, servers: ExampleServers) -> tuple[str, SessionStore]:
+    store_url = f"sqlite:///{tmp_path}/store.db"
+    store = await open_store(store_url)
+    await register_send_email(store, servers.email_url)
+    return store_url, store
+
+
+def _rig(tmp_path: Path, store_url: str, servers: ExampleServers) -> Rig:
+    return Rig(tmp_path, store_url, servers, require("BH_NATS_URL", "NATS JetStream"))
+
+
+async def test_seed_case_sandboxed(
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+) -> None:
+    """The Brain dies right after dispatching email 4; the Hands dies while email 4's
+    container waits for the provider's lost answer: 1-3 reused, 4 verified, 5 executed."""
+    store_url, store = await _store(tmp_path, servers)
+    rig = _rig(tmp_path, store_url, servers)
+    await submit(store, "seed")
+    fourth = notice_operation_id("seed", BATCH, 3)
+    async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
+        await email.set_faults(1, hold_seconds=8, operation_id=fourth)
+        first_hands = await rig.hands()
+        killed = await rig.brain("seed", BH_CRASH_AT="relay:published:tools.dispatch.send_email#4")
+        assert killed == -signal.SIGKILL
+        await _eventually(lambda: _requested(email, fourth), within=60)
+        await stop(first_hands, signal.SIGKILL)  # its container is still waiting
+        second_hands = await rig.hands()
+        try:
+            assert await rig.brain("seed") == 0
+        finally:
+            await stop(second_hands)
+        receipts = await check_invariants(store, email, "seed", "sandboxed seed case")
+    assert [r["recovery"] for r in receipts] == [
+        "reused",
+        "reused",
+        "reused",
+        "verified",
+        "executed",
+    ]
+    containers = []
+    for receipt in receipts:
+        result = await store.get_operation_result(str(receipt["operation_id"]))
+        assert result is not None
+        containers.append(result.container)
+    ops = [r["operation_id"] for r in receipts]
+    # email 4 is known by its query's container: the run's own outcome was unknown
+    assert containers == [f"bh-{op}" for op in ops[:3]] + [f"bh-{ops[3]}-query", f"bh-{ops[4]}"]
+    await store.close()
+
+
+async def test_crash_points_of_both_sides_recover(
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+) -> None:
+    store_url, store = await _store(tmp_path, servers)
+    brain_points, hands_points = await _trace(tmp_path, store_url, store, servers)
+    chosen = _choose(brain_points, "brain") + _choose(hands_points, "hands")
+    print(f"seed {SEED}: {len(chosen)} crash runs: {chosen}")  # replay with BH_CHAOS_SEED
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(number: int, side: str, point: str) -> None:
+        async with gate:
+            await _crash_and_resume(tmp_path, store_url, store, servers, f"c{number}", side, point)
+
+    await asyncio.gather(*(one(n, side, point) for n, (side, point) in enumerate(chosen)))
+    async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
+        for number, (side, point) in enumerate(chosen):
+            await check_invariants(store, email, f"c{number}", f"{side} crash at {point}")
+    await store.close()
+
+
+async def _trace(
+    tmp_path: Path, store_url: str, store: SessionStore, servers: ExampleServers
+) -> tuple[list[str], list[str]]:
+    rig = _rig(tmp_path, store_url, servers)
+    await submit(store, "trace")
+    brain_trace, hands_trace = tmp_path / "brain.tsv", tmp_path / "hands.tsv"
+    hands = await rig.hands(BH_CRASH_TRACE=str(hands_trace))
+    try:
+        assert await rig.brain("trace", BH_CRASH_TRACE=str(brain_trace)) == 0
+    finally:
+        await stop(hands)
+    brain = [line.split("\t")[1] for line in brain_trace.read_text().splitlines()]
+    hands_points = [line.split("\t")[1] for line in hands_trace.read_text().splitlines()]
+    names = {point.rsplit("#", 1)[0] for point in brain + hands_points}
+    assert {
+        "commit:send-notice:start",
+        "relay:before_publish:tools.dispatch.send_email",
+        "relay:published:tools.dispatch.send_email",
+        "commit:relay",
+        "hands:claimed",
+        "hands:before_start:run",
+        "hands:collected",
+        "hands:result_written",
+        "hands:published",
+        "hands:before_ack",
+    } <= names, names
+    return brain, hands_points
+
+
+def _choose(points: list[str], side: str) -> list[tuple[str, str]]:
+    """Every occurrence with BH_CHAOS_FULL=1; else each distinct point once, the
+    occurrence drawn with the seed."""
+    if os.environ.get("BH_CHAOS_FULL"):
+        return [(side, point) for point in points]
+    draw = random.Random(f"{SEED}:{side}")
+    by_name: dict[str, list[str]] = {}
+    for point in points:
+        by_name.setdefault(point.rsplit("#", 1)[0], []).append(point)
+    return [(side, draw.choice(occurrences)) for _, occurrences in sorted(by_name.items())]
+
+
+async def _crash_and_resume(
+    tmp_path: Path,
+    store_url: str,
+    store: SessionStore,
+    servers: ExampleServers,
+    session_id: str,
+    side: str,
+    point: str,
+) -> None:
+    rig = _rig(tmp_path, store_url, servers)
+    await submit(store, session_id)
+    crash = {"BH_CRASH_AT": point}
+    hands = await rig.hands(**(crash if side == "hands" else {}))
+    try:
+        if side == "brain":
+            assert await rig.brain(session_id, **crash) == -signal.SIGKILL, point
+            assert await rig.brain(session_id) == 0
+            return
+        # The Brain waits for results while the Hands die and are replaced.
+        brain = asyncio.create_task(rig.brain(session_id))
+        assert await asyncio.wait_for(hands.wait(), 120) == -signal.SIGKILL, point
+        hands = await rig.hands()
+        assert await brain == 0
+    finally:
+        await stop(hands)
+
+
+async def _requested(email: EmailClient, operation_id: str) -> bool:
+    return (await email.ledger()).requests.get(operation_id, 0) > 0
+
+
+async def _eventually(check: object, *, within: float) -> None:
+    from tests.support.eventually import assert_eventually
+
+    await assert_eventually(check, within=within)  # type: ignore[arg-type]
