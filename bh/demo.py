@@ -62,11 +62,24 @@ def demo(
     store: Annotated[
         str | None, typer.Option(help="Session Store URL (default: a new SQLite file)")
     ] = None,
+    hands: Annotated[
+        bool,
+        typer.Option(
+            "--hands",
+            help="Run send_email sandboxed on a Hands service (Docker, NATS via bh dev up); "
+            "kill the Brain after dispatch and the Hands mid-send.",
+        ),
+    ] = False,
 ) -> None:
     """Run a durable agent task, kill its worker mid-batch, recover, and show what happened."""
-    if store is None:
-        store = f"sqlite:///{tempfile.mkdtemp(prefix='brainhands-demo-')}/store.db"
     try:
+        if hands:
+            from bh import demo_hands
+
+            asyncio.run(demo_hands.run(store))
+            return
+        if store is None:
+            store = f"sqlite:///{tempfile.mkdtemp(prefix='brainhands-demo-')}/store.db"
         asyncio.run(_demo(store))
     except BrainhandsError as error:
         console.print(f"[red]{error.code}[/]: {error.message}")
@@ -76,21 +89,21 @@ def demo(
 async def _demo(store_url: str) -> None:
     console.rule("[bold]brainhands demo: a durable agent task survives a crash")
     console.print(f"Session Store: [cyan]{store_url}[/] (embedded; no services needed)")
-    async with _servers() as servers:
-        console.print(f"Email service: {servers.email_url}   Scripted model: {servers.model_url}")
+    async with servers() as running:
+        console.print(f"Email service: {running.email_url}   Scripted model: {running.model_url}")
         store = await open_store(store_url)
         try:
-            await _run(store, store_url, servers)
+            await _run(store, store_url, running)
         finally:
             await store.close()
 
 
-async def _run(store: SessionStore, store_url: str, servers: Servers) -> None:
+async def _run(store: SessionStore, store_url: str, running: Servers) -> None:
     await SessionClient(store).submit(SESSION, REQUEST, {"text": scenario.REQUEST})
     console.print(f"\n[bold]1.[/] Submitted: “{scenario.REQUEST}”")
 
     console.print("[bold]2.[/] Worker #1 runs the task…")
-    code = await _worker(store_url, servers, BH_CRASH_AT=CRASH_POINT)
+    code = await _worker(store_url, running, BH_CRASH_AT=CRASH_POINT)
     if code != -signal.SIGKILL:
         raise SystemExit(f"worker #1 was expected to be killed, it exited with {code}")
     console.print(
@@ -101,19 +114,19 @@ async def _run(store: SessionStore, store_url: str, servers: Servers) -> None:
 
     console.print("[bold]3.[/] Worker #2 starts from the store and resumes…")
     started = time.monotonic()
-    if await _worker(store_url, servers) != 0:
+    if await _worker(store_url, running) != 0:
         raise SystemExit("worker #2 failed")
     console.print(f"   finished in {time.monotonic() - started:.1f} s")
-    await _show_outcome(store, servers)
+    await _show_outcome(store, running)
     console.print(f"\nInspect the session: [cyan]bh store inspect {store_url} {SESSION}[/]")
 
 
-async def _worker(store_url: str, servers: Servers, **env: str) -> int:
+async def _worker(store_url: str, running: Servers, **env: str) -> int:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *("-m", "brain", "run", "--store", store_url, "--session", SESSION),
         *("--plugin", scenario.PLUGIN),
-        env=servers.worker_env(**env),
+        env=running.worker_env(**env),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -136,12 +149,12 @@ async def _show_crash_state(store: SessionStore) -> None:
     console.print(line + f", {5 - len(notices)} not started")
 
 
-async def _show_outcome(store: SessionStore, servers: Servers) -> None:
+async def _show_outcome(store: SessionStore, running: Servers) -> None:
     handle = await store.session(SESSION)
     state = handle.state
     result: Any = state.tasks[BATCH].result
     receipts: list[dict[str, Any]] = result["receipts"]
-    async with EmailClient(servers.email_url, servers.email_token) as email:
+    async with EmailClient(running.email_url, running.email_token) as email:
         ledger = await email.ledger()
     sent = Counter(message.operation_id for message in ledger.messages)
     table = Table("#", "recipient", "recovered as", "operation id", "sends", title="Per email")
@@ -173,7 +186,7 @@ async def _show_outcome(store: SessionStore, servers: Servers) -> None:
 
 
 @asynccontextmanager
-async def _servers() -> AsyncIterator[Servers]:
+async def servers() -> AsyncIterator[Servers]:
     email_token, model_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     email, email_url = await _start(
         ["-m", "examples.emails.service", "--port", "0"], BH_EMAIL_SERVICE_TOKEN=email_token

@@ -26,7 +26,7 @@ from session_store import SessionStore, open_store
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
 from tests.support.five_emails import BATCH, check_invariants, submit
 from tests.support.images import tool_images
-from tests.support.sandboxed import Rig, register_send_email, stop
+from tests.support.sandboxed import Rig, register_send_email, remove_test_containers, stop
 from tests.support.services import require
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.docker, pytest.mark.nats]
@@ -44,8 +44,9 @@ def servers() -> Iterator[ExampleServers]:
 
 
 @pytest.fixture(scope="module")
-def images() -> dict[str, str]:
-    return tool_images()
+def images() -> Iterator[dict[str, str]]:
+    yield tool_images()
+    remove_test_containers()
 
 
 async def _store(tmp_path: Path, servers: ExampleServers) -> tuple[str, SessionStore]:

@@ -22,6 +22,7 @@ from contracts.tool import ToolDefinition
 from examples.emails import scenario
 from hands.images import tool_tag
 from hands.registry import register_image
+from hands.sandbox import LABEL_OWNER
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers
@@ -129,3 +130,23 @@ async def stop(process: asyncio.subprocess.Process, signum: int = signal.SIGTERM
     except TimeoutError:
         process.kill()
         return await process.wait()
+
+
+def remove_test_containers() -> int:
+    """Remove containers left by rigs (owner ``test-*``): a Hands stopped right after its
+    last result leaves that container to its next incarnation's reaper, which a test
+    never starts."""
+    import docker  # type: ignore[import-untyped]
+
+    client = docker.DockerClient(base_url=DOCKER)
+    try:
+        left = [
+            c
+            for c in client.containers.list(all=True, filters={"label": LABEL_OWNER})
+            if c.labels.get(LABEL_OWNER, "").startswith("test-t")
+        ]
+        for container in left:
+            container.remove(force=True)
+        return len(left)
+    finally:
+        client.close()
