@@ -353,7 +353,11 @@ class Drive:
         pending = list(self.handle.state.outbox.values())
         if relay is None or not pending:
             return
-        sent = await relay.publish(pending)
+        try:
+            sent = await relay.publish(pending)
+        except StoreUnavailable as error:  # the bus is away: the outbox keeps them
+            log.warning("session %s: outbox not relayed yet: %s", self.handle.session_id, error)
+            return
 
         def build(b: CommitBuilder) -> None:
             b.mark_sent(sent)

@@ -26,7 +26,9 @@ class OutboxRelay:
         self.crash = crash
 
     async def publish(self, messages: Sequence[OutboxMessage]) -> list[str]:
-        """Publish each message (waiting for the stream's ack); the ids published."""
+        """Publish each message (waiting for the stream's ack); the ids published.
+        ``StoreUnavailable`` when the bus is away: nothing is lost, the outbox keeps
+        every message until a later drive publishes it."""
         sent: list[str] = []
         for message in messages:
             self.crash.reached(f"relay:before_publish:{message.topic}")

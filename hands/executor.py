@@ -59,7 +59,7 @@ from contracts import (
 )
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
 from hands.metrics import HandsMetrics
-from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox
+from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox, container_name
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
 
@@ -352,7 +352,14 @@ class Executor:
             executor=self.executor_id,
         )
         self.crash.reached(f"hands:before_start:{mode.value}")
-        return await self.sandbox.run(spec)
+        try:
+            return await self.sandbox.run(spec)
+        except NotFound as error:  # e.g. the pinned image was removed from this host
+            return RunOutcome(
+                termination=Termination.SANDBOX_ERROR,
+                container=container_name(record.operation_id, mode),
+                detail=f"{definition.image} ({definition.image_id}): {error.message}",
+            )
 
     async def _query(self, record: Operation, definition: ToolDefinition) -> OperationResult | None:
         """Run the query entry point; the found outcome as a result, or None."""

@@ -28,6 +28,7 @@ from tests.support.five_emails import BATCH, check_invariants, submit
 from tests.support.images import tool_images
 from tests.support.sandboxed import Rig, register_send_email, remove_test_containers, stop
 from tests.support.services import require
+from tests.support.stores import new_location
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.docker, pytest.mark.nats]
 
@@ -49,8 +50,12 @@ def images() -> Iterator[dict[str, str]]:
     remove_test_containers()
 
 
-async def _store(tmp_path: Path, servers: ExampleServers) -> tuple[str, SessionStore]:
-    store_url = f"sqlite:///{tmp_path}/store.db"
+async def _store(
+    tmp_path: Path, servers: ExampleServers, backend: str = "sqlite"
+) -> tuple[str, SessionStore]:
+    place, prepare = new_location(backend, tmp_path)
+    await prepare()
+    store_url = place.url
     store = await open_store(store_url)
     await register_send_email(store, servers.email_url)
     return store_url, store
@@ -60,28 +65,34 @@ def _rig(tmp_path: Path, store_url: str, servers: ExampleServers) -> Rig:
     return Rig(tmp_path, store_url, servers, require("BH_NATS_URL", "NATS JetStream"))
 
 
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("sqlite", marks=pytest.mark.sqlite), pytest.param("s3", marks=pytest.mark.s3)],
+)
 async def test_seed_case_sandboxed(
-    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path, backend: str
 ) -> None:
     """The Brain dies right after dispatching email 4; the Hands dies while email 4's
-    container waits for the provider's lost answer: 1-3 reused, 4 verified, 5 executed."""
-    store_url, store = await _store(tmp_path, servers)
+    container waits for the provider's lost answer: 1-3 reused, 4 verified, 5 executed.
+    The store is SQLite or S3 (the S3 API server), for Brain and Hands alike."""
+    store_url, store = await _store(tmp_path, servers, backend)
     rig = _rig(tmp_path, store_url, servers)
-    await submit(store, "seed")
-    fourth = notice_operation_id("seed", BATCH, 3)
+    session = f"seed-{backend}"  # the email service is shared: ids must differ
+    await submit(store, session)
+    fourth = notice_operation_id(session, BATCH, 3)
     async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
         await email.set_faults(1, hold_seconds=8, operation_id=fourth)
         first_hands = await rig.hands()
-        killed = await rig.brain("seed", BH_CRASH_AT="relay:published:tools.dispatch.send_email#4")
+        killed = await rig.brain(session, BH_CRASH_AT="relay:published:tools.dispatch.send_email#4")
         assert killed == -signal.SIGKILL
         await _eventually(lambda: _requested(email, fourth), within=60)
         await stop(first_hands, signal.SIGKILL)  # its container is still waiting
         second_hands = await rig.hands()
         try:
-            assert await rig.brain("seed") == 0
+            assert await rig.brain(session) == 0
         finally:
             await stop(second_hands)
-        receipts = await check_invariants(store, email, "seed", "sandboxed seed case")
+        receipts = await check_invariants(store, email, session, "sandboxed seed case")
     assert [r["recovery"] for r in receipts] == [
         "reused",
         "reused",

@@ -17,13 +17,14 @@ from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import CommitRecord, Outcome, TaskStatus
 from hands.sandbox.process import ProcessSandbox
-from session_store import SessionStore, layout, open_store
+from session_store import SessionStore, layout
 from session_store.codec import decode
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
+from tests.support.stores import StoreLocation
 from tests.support.toolpath import brain_services, ledger_tool, running_hands, runs, scratch_bus
 
-pytestmark = [pytest.mark.nats, pytest.mark.sqlite]
+pytestmark = [pytest.mark.nats]
 
 
 async def _call(ctx: PhaseContext) -> PhaseOutcome:
@@ -35,10 +36,10 @@ async def _call(ctx: PhaseContext) -> PhaseOutcome:
 
 
 async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_once(
-    tmp_path: Path,
+    tmp_path: Path, location: StoreLocation
 ) -> None:
     ledger = tmp_path / "ledger"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     definition = await store.tools.register(ledger_tool("act", ledger))
     tools = LocalDispatcher()
     tools.add_sandboxed(definition)
@@ -74,14 +75,13 @@ async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_onc
     assert intent.outbox[0].id == op and intent.outbox[0].topic == "tools.dispatch.act"
     assert sum(1 for r in records if op in r.commit.outbox_done) == 1
     assert sum(1 for r in records if op in r.commit.applied_operations) == 1
-    await store.close()
 
 
 async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
-    tmp_path: Path,
+    tmp_path: Path, location: StoreLocation
 ) -> None:
     ledger = tmp_path / "ledger"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     definition = await store.tools.register(ledger_tool("act", ledger))
     tools = LocalDispatcher()
     tools.add_sandboxed(definition)
@@ -110,7 +110,6 @@ async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
     handle = await store.session("s1")
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.outcome is Outcome.CANCELLED
-    await store.close()
 
 
 async def _running(sandbox: ProcessSandbox, op: str) -> bool:
