@@ -1,0 +1,143 @@
+"""The bus fails, nothing is lost: nats-server restarted mid-run, and a dispatch that can
+never be brought home (its deliveries run out) becomes a failed result."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from brain.context import PhaseContext
+from brain.embedded import run_until_idle
+from brain.outcome import Done, Effects, Next, PhaseOutcome
+from brain.registry import Registry
+from brain.results import ResultWaiter
+from brain.runner import SessionRunner
+from brain.submissions import SessionClient
+from brain.tools import LocalDispatcher
+from contracts import CommitRecord, Outcome, StoreUnavailable
+from contracts.tool import Dispatch
+from hands.executor import Executor
+from hands.sandbox import RunOutcome, RunSpec
+from hands.sandbox.process import ProcessSandbox
+from hands.service import ConsumerSettings, HandsService, publisher
+from session_store import SessionStore, layout, open_store
+from session_store.codec import decode
+from tests.support.eventually import assert_eventually
+from tests.support.kernel import kind
+from tests.support.processes import ROOT
+from tests.support.toolpath import (
+    brain_services,
+    bus_settings,
+    ledger_tool,
+    running_hands,
+    runs,
+    scratch_bus,
+)
+
+pytestmark = [pytest.mark.chaos, pytest.mark.nats, pytest.mark.sqlite, pytest.mark.slow]
+
+STEPS = 6
+
+
+async def _steps(ctx: PhaseContext) -> PhaseOutcome:
+    """Six operations one after another; each result applied as it comes."""
+    done = ctx.memo_int("done")
+    if done == STEPS:
+        return Done(result=done)
+    performed = await ctx.operation("act", {"sleep": 0.2}, f"step-{done}")
+    effects = Effects(applied_operations=(performed.operation_id,), memo={"done": done + 1})
+    return Next(phase="start", effects=effects)
+
+
+def _restart_nats() -> None:
+    subprocess.run(
+        [sys.executable, "-m", "bh.cli", "dev", "restart", "nats"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+async def test_restarting_nats_mid_run_loses_nothing_and_runs_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    tools = LocalDispatcher()
+    tools.add_sandboxed(await store.tools.register(ledger_tool("act", ledger)))
+    registry = Registry()
+    registry.add(kind("steps", {"start": _steps}))
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        await SessionClient(store).submit("s1", "r1", {"task": {"kind": "steps"}})
+        async with (
+            running_hands(store, ProcessSandbox(tmp_path / "runs"), bus),
+            ResultWaiter(bus, "s1") as results,
+        ):
+            drive = asyncio.create_task(run_until_idle(runner, "s1", results=results))
+            await assert_eventually(lambda: _ran(ledger, 2), within=30)
+            await asyncio.to_thread(_restart_nats)
+            report = await asyncio.wait_for(drive, 120)
+    assert not report.active
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+    assert task is not None and task.outcome is Outcome.SUCCEEDED
+    ran = Counter(runs(ledger))
+    assert len(ran) == STEPS and set(ran.values()) == {1}, ran
+    applied: Counter[str] = Counter()
+    for item, data in await store.backend.items(layout.log_partition("s1")):
+        applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+    assert set(applied) == set(ran) and set(applied.values()) == {1}
+    await store.close()
+
+
+class Unreachable(ProcessSandbox):
+    """An engine that never answers: every delivery ends without an outcome."""
+
+    async def run(self, spec: RunSpec) -> RunOutcome:
+        raise StoreUnavailable("docker engine unreachable (test)")
+
+
+async def test_a_dispatch_whose_deliveries_run_out_becomes_a_failed_result(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    await store.tools.register(ledger_tool("act", tmp_path / "ledger"))
+    settings = ConsumerSettings(max_deliver=2, retry_delay=timedelta(seconds=0.2))
+    async with scratch_bus(bus_settings()) as bus:
+        executor = Executor(
+            store=store,
+            sandbox=Unreachable(tmp_path / "runs"),
+            publish=publisher(bus),
+            executor_id="hands-x",
+        )
+        service = HandsService(bus=bus, executor=executor, settings=settings)
+        running = asyncio.create_task(service.run())
+        try:
+            dispatch = Dispatch(
+                operation_id="op-never", session_id="s1", tool="act", tool_version=1, args={}
+            )
+            await bus.publish("tools.dispatch.act", dispatch, msg_id="op-never")
+            await assert_eventually(lambda: _has_result(store, "op-never"), within=30)
+        finally:
+            await service.shutdown()
+            running.cancel()
+    result = await store.get_operation_result("op-never")
+    assert result is not None and not result.succeeded and result.error is not None
+    assert result.error.code == "delivery_exhausted" and "2 times" in result.error.message
+    await store.close()
+
+
+async def _ran(ledger: Path, count: int) -> bool:
+    return len(await asyncio.to_thread(runs, ledger)) >= count
+
+
+async def _has_result(store: SessionStore, op: str) -> bool:
+    return await store.get_operation_result(op) is not None
