@@ -103,7 +103,7 @@ async def _run(store: SessionStore, store_url: str, running: Servers) -> None:
     console.print(f"\n[bold]1.[/] Submitted: “{scenario.REQUEST}”")
 
     console.print("[bold]2.[/] Worker #1 runs the task…")
-    code = await _worker(store_url, running, BH_CRASH_AT=CRASH_POINT)
+    code = await worker(store_url, running, BH_CRASH_AT=CRASH_POINT)
     if code != -signal.SIGKILL:
         raise SystemExit(f"worker #1 was expected to be killed, it exited with {code}")
     console.print(
@@ -114,18 +114,19 @@ async def _run(store: SessionStore, store_url: str, running: Servers) -> None:
 
     console.print("[bold]3.[/] Worker #2 starts from the store and resumes…")
     started = time.monotonic()
-    if await _worker(store_url, running) != 0:
+    if await worker(store_url, running) != 0:
         raise SystemExit("worker #2 failed")
     console.print(f"   finished in {time.monotonic() - started:.1f} s")
     await _show_outcome(store, running)
     console.print(f"\nInspect the session: [cyan]bh store inspect {store_url} {SESSION}[/]")
 
 
-async def _worker(store_url: str, running: Servers, **env: str) -> int:
+async def worker(store_url: str, running: Servers, *options: str, **env: str) -> int:
+    """A ``python -m brain run`` worker of the demo session; its exit status."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *("-m", "brain", "run", "--store", store_url, "--session", SESSION),
-        *("--plugin", scenario.PLUGIN),
+        *("--plugin", scenario.PLUGIN, *options),
         env=running.worker_env(**env),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from rich.table import Table
 
-from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers
+from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers, worker
 from brain.submissions import SessionClient
 from examples.emails import scenario
 from examples.emails.client import EmailClient
@@ -185,19 +185,8 @@ def _hands(store_url: str, running: Servers, stack: Stack, number: int) -> subpr
 
 
 async def _brain(store_url: str, running: Servers, stack: Stack, **env: str) -> int:
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "brain", "run", "--store", store_url, "--session", SESSION),
-        *("--plugin", scenario.PLUGIN, "--sandboxed", "send_email"),
-        env=running.worker_env(BH_NATS_URL=stack.nats_url, BH_NAMESPACE=stack.namespace, **env),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await process.communicate()
-    code = process.returncode
-    assert code is not None
-    if code not in (0, -signal.SIGKILL):
-        console.print(err.decode()[-3000:])
-    return code
+    bus = {"BH_NATS_URL": stack.nats_url, "BH_NAMESPACE": stack.namespace}
+    return await worker(store_url, running, "--sandboxed", "send_email", **bus, **env)
 
 
 async def _until_requested(email: EmailClient, operation_id: str) -> None:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-import jsonschema
 from pydantic import Field, JsonValue
 
 from contracts import InvalidInput, NotFound, ReplayPolicy
+from contracts.arguments import argument_problem
 from contracts.model import Frozen
 from contracts.tool import ToolDefinition
 
@@ -132,15 +132,8 @@ class LocalDispatcher:
 
 def validate_arguments(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
     """The arguments as a dict, or ``InvalidInput`` saying what is wrong and where."""
-    if not isinstance(arguments, dict):
-        raise InvalidInput(f"arguments of {spec.name!r} must be a JSON object")
-    validator = jsonschema.Draft202012Validator(spec.parameters)
-    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    if problems:
-        first = problems[0]
-        where = "/".join(str(part) for part in first.absolute_path) or "(top level)"
-        raise InvalidInput(
-            f"arguments of {spec.name!r} are invalid at {where}: {first.message}",
-            problems=len(problems),
-        )
+    problem = argument_problem(spec.name, spec.parameters, arguments)
+    if problem is not None:
+        raise InvalidInput(problem.message, **problem.details)
+    assert isinstance(arguments, dict)
     return arguments

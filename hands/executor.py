@@ -39,8 +39,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import jsonschema
-
 from contracts import (
     AlreadyExists,
     BlobRef,
@@ -57,6 +55,7 @@ from contracts import (
     ReplayPolicy,
     utcnow,
 )
+from contracts.arguments import argument_problem
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
 from hands.metrics import HandsMetrics
 from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox, container_name
@@ -160,10 +159,7 @@ class Executor:
     async def verify(self, operation_id: str) -> OperationResult | None:
         """Ask the tool's query entry point whether the operation happened; a found
         outcome becomes its result. None: not found (nothing is recorded)."""
-        record = await self.store.get_operation(operation_id)
-        if record is None:
-            raise _not_on_record(operation_id)
-        existing = await self.store.get_operation_result(operation_id)
+        record, existing = await self._on_record(operation_id)
         if existing is not None:
             return existing
         definition = await self._definition(record.tool, record.tool_version)
@@ -181,10 +177,7 @@ class Executor:
         * it runs on another host: that host's Hands does it (None here).
 
         An operation that already has a result keeps it (returned)."""
-        record = await self.store.get_operation(operation_id)
-        if record is None:
-            raise _not_on_record(operation_id)
-        existing = await self.store.get_operation_result(operation_id)
+        record, existing = await self._on_record(operation_id)
         if existing is not None:
             return existing
         here = await self.sandbox.state(operation_id) is not None
@@ -198,6 +191,13 @@ class Executor:
                     record, OperationStatus.CANCELLED, reason=reason, **_decided(record, self)
                 )
         return await self._settle(record, _cancelled(record, reason, self.executor_id))
+
+    async def _on_record(self, operation_id: str) -> tuple[Operation, OperationResult | None]:
+        """The operation (``NotFound`` unless on record) and its result, if any."""
+        record = await self.store.get_operation(operation_id)
+        if record is None:
+            raise _not_on_record(operation_id)
+        return record, await self.store.get_operation_result(operation_id)
 
     # -- checks ----------------------------------------------------------------------
 
@@ -218,7 +218,7 @@ class Executor:
                 ),
                 details={"size": size, "limit": MAX_ARGUMENT_BYTES},
             )
-        problem = _schema_problem(definition, dispatch.args)
+        problem = argument_problem(definition.ref, definition.parameters, dispatch.args)
         return definition, problem
 
     async def _definition(self, tool: str, version: int | None) -> ToolDefinition:
@@ -549,24 +549,6 @@ def _refusal(dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:
         succeeded=False,
         error=problem,
         path="refused",
-    )
-
-
-def _schema_problem(definition: ToolDefinition, args: Any) -> ErrorInfo | None:
-    if not isinstance(args, dict):
-        return ErrorInfo(
-            code="invalid_input", message=f"arguments of {definition.ref} must be a JSON object"
-        )
-    validator = jsonschema.Draft202012Validator(definition.parameters)
-    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-    if not problems:
-        return None
-    first = problems[0]
-    where = "/".join(str(part) for part in first.absolute_path) or "(top level)"
-    return ErrorInfo(
-        code="invalid_input",
-        message=f"arguments of {definition.ref} are invalid at {where}: {first.message}",
-        details={"field": where, "problems": len(problems)},
     )
 
 

@@ -39,10 +39,7 @@ async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_onc
     tmp_path: Path, location: StoreLocation
 ) -> None:
     ledger = tmp_path / "ledger"
-    store = await location.open()
-    definition = await store.tools.register(ledger_tool("act", ledger))
-    tools = LocalDispatcher()
-    tools.add_sandboxed(definition)
+    store, tools = await sandboxed_act(location, ledger)
     registry = Registry()
     registry.add(kind("caller", {"start": _call}))
     async with scratch_bus() as bus:
@@ -81,10 +78,7 @@ async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
     tmp_path: Path, location: StoreLocation
 ) -> None:
     ledger = tmp_path / "ledger"
-    store = await location.open()
-    definition = await store.tools.register(ledger_tool("act", ledger))
-    tools = LocalDispatcher()
-    tools.add_sandboxed(definition)
+    store, tools = await sandboxed_act(location, ledger)
     registry = Registry()
 
     async def slow(ctx: PhaseContext) -> PhaseOutcome:
@@ -110,6 +104,17 @@ async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
     handle = await store.session("s1")
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.outcome is Outcome.CANCELLED
+
+
+async def sandboxed_act(
+    location: StoreLocation, ledger: Path
+) -> tuple[SessionStore, LocalDispatcher]:
+    """A store with the ``act`` ledger tool registered, and Brain tools running it on
+    the Hands."""
+    store = await location.open()
+    tools = LocalDispatcher()
+    tools.add_sandboxed(await store.tools.register(ledger_tool("act", ledger)))
+    return store, tools
 
 
 async def _running(sandbox: ProcessSandbox, op: str) -> bool:
