@@ -33,6 +33,7 @@ from contracts import (
     InvalidInput,
     LeaseLost,
     NotFound,
+    OperationStatus,
     OutboxMessage,
     Parked,
     Refused,
@@ -71,6 +72,8 @@ class Drive:
         self.plan = planner.Plan()
         #: awaited operations without a result at the last planning pass
         self.awaiting: set[str] = set()
+        #: of those, the ones their executor parked as uncertain: operation -> reason
+        self.uncertain: dict[str, str] = {}
 
     async def run(self, fence: int | None) -> bool:
         """Drive until nothing can move; False when a newer holder fenced this one out."""
@@ -408,6 +411,7 @@ class Drive:
         store = self.runner.store
         settled = {op for op in operations if await store.get_operation_result(op) is not None}
         self.awaiting = set(operations) - settled
+        self.uncertain = await self._uncertain(self.awaiting)
         archived = {}
         for task_id in missing:
             found = await self.handle.task(task_id)
@@ -416,6 +420,15 @@ class Drive:
         return planner.Facts(
             now=self.services.clock(), settled_operations=settled, archived_tasks=archived
         )
+
+    async def _uncertain(self, operations: set[str]) -> dict[str, str]:
+        """Awaited operations their executor (the Hands) parked: an operator decides."""
+        found = {}
+        for op in sorted(operations):
+            record = await self.runner.store.get_operation(op)
+            if record is not None and record.status is OperationStatus.UNCERTAIN:
+                found[op] = record.reason or "outcome unknown"
+        return found
 
     def _reap(self) -> None:
         for task_id, running in list(self.inflight.items()):

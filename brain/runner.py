@@ -10,6 +10,7 @@ on any other host, starts from the store.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from pydantic import Field
@@ -17,7 +18,7 @@ from pydantic import Field
 from brain.drive import Drive
 from brain.registry import Registry
 from brain.services import Services
-from contracts import TaskStatus
+from contracts import Task, TaskStatus
 from contracts.model import Frozen
 from session_store import SessionStore
 
@@ -78,11 +79,21 @@ class SessionRunner:
             active=state.is_active,
             fenced=not held,
             blocked=drive.plan.blocked,
-            parked={
-                task.id: task.parked.reason
-                for task in state.tasks.values()
-                if task.status is TaskStatus.WAITING and task.parked is not None
-            },
+            parked=_parked(state.tasks.values(), drive.uncertain),
             next_wake_at=drive.plan.next_wake_at,
             awaiting=tuple(sorted(drive.awaiting)),
         )
+
+
+def _parked(tasks: Iterable[Task], uncertain: dict[str, str]) -> dict[str, str]:
+    """Waiting tasks an operator must unblock: parked by this kernel, or waiting on an
+    operation its executor (the Hands) parked as uncertain."""
+    parked = {}
+    for task in tasks:
+        if task.status is not TaskStatus.WAITING or task.wait is None:
+            continue
+        if task.parked is not None:
+            parked[task.id] = task.parked.reason
+        elif held := [uncertain[op] for op in task.wait.operations if op in uncertain]:
+            parked[task.id] = f"uncertain: {held[0]}"
+    return parked

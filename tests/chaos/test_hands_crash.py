@@ -181,6 +181,23 @@ async def _quiet(scene: Scene, op: str) -> bool:
     return not await _exists(scene.host / f"bh-{op}")
 
 
+async def test_a_run_longer_than_the_ack_wait_stays_with_its_hands(scene: Scene) -> None:
+    """In-progress acks keep a long run's message with the Hands running it: another
+    instance never gets it (the ack wait here is 3 s; the run takes 7)."""
+    first = scene.hands("hands-a")
+    op = await scene.submit("s1", sleep=7.0)
+    await assert_eventually(lambda: _exists(scene.host / f"bh-{op}"), within=20)
+    second = scene.hands("hands-b")
+    try:
+        await scene.finish("s1")
+    finally:
+        stop(first)
+        stop(second)
+    await scene.check_once("s1", op)
+    record = await scene.store.get_operation(op)
+    assert record is not None and record.executor == "hands-a" and record.rev == 3, record
+
+
 async def test_the_same_dispatch_delivered_three_times_to_two_hands_runs_once(
     scene: Scene,
 ) -> None:

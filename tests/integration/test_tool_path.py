@@ -3,6 +3,7 @@ publishes it, the Hands run it once, and its result is applied once — over rea
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,15 @@ from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
-from contracts import CommitRecord, Outcome, TaskStatus
+from contracts import (
+    CommitRecord,
+    Operation,
+    OperationStatus,
+    Outcome,
+    ReplayPolicy,
+    TaskStatus,
+    utcnow,
+)
 from hands.sandbox.process import ProcessSandbox
 from session_store import SessionStore, layout
 from session_store.codec import decode
@@ -123,3 +132,53 @@ async def _running(sandbox: ProcessSandbox, op: str) -> bool:
 
 async def _has_result(store: SessionStore, op: str) -> bool:
     return await store.get_operation_result(op) is not None
+
+
+async def test_a_task_waiting_on_an_operation_the_hands_parked_is_reported_parked(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """An unsafe tool without a query whose earlier attempt died: the Hands park it as
+    uncertain (never re-run), and the Brain's report names the waiting task and why."""
+    store = await location.open()
+    tools = LocalDispatcher()
+    unsafe = ledger_tool("act", tmp_path / "ledger", ReplayPolicy.UNSAFE)
+    tools.add_sandboxed(await store.tools.register(unsafe))
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        await SessionClient(store).submit("s1", "r1", {"task": {"kind": "caller", "input": "hi"}})
+        (op,) = (await runner.drive("s1")).awaiting
+        await _claimed_by_a_dead_executor(store, op)
+        async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+            await assert_eventually(lambda: _uncertain(store, op), within=20)
+        report = await runner.drive("s1")
+    assert report.active and list(report.parked) == ["root.r1"]
+    assert (
+        report.parked["root.r1"].startswith("uncertain:") and "operator" in report.parked["root.r1"]
+    )
+    assert runs(tmp_path / "ledger") == []
+
+
+async def _claimed_by_a_dead_executor(store: SessionStore, op: str) -> None:
+    """Attempt 1 was claimed long ago by an executor that died without a container."""
+    past = utcnow() - timedelta(hours=1)
+    await store.create_operation(
+        Operation(
+            operation_id=op,
+            session_id="s1",
+            task_id="root.r1",
+            tool="act",
+            tool_version=1,
+            args={"message": "hi"},
+            status=OperationStatus.RUNNING,
+            attempts=1,
+            executor="dead",
+            deadline=past,
+        )
+    )
+
+
+async def _uncertain(store: SessionStore, op: str) -> bool:
+    record = await store.get_operation(op)
+    return record is not None and record.status is OperationStatus.UNCERTAIN
