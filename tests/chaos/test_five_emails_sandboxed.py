@@ -111,6 +111,40 @@ async def test_seed_case_sandboxed(
     await store.close()
 
 
+async def test_a_stopped_hands_resumed_after_a_takeover_changes_nothing(
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGSTOP the Hands while email 2's container waits, past its ack wait: another
+    Hands takes the operation over (its container, not a new one). SIGCONT the first:
+    it finishes what it was doing, and changes nothing — no second send, no second
+    result, each result applied once."""
+    store_url, store = await _store(tmp_path, servers)
+    rig = _rig(tmp_path, store_url, servers)
+    session = "stopped"
+    await submit(store, session)
+    second = notice_operation_id(session, BATCH, 1)
+    async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
+        await email.set_faults(1, hold_seconds=8, operation_id=second)
+        stopped = await rig.hands()
+        brain = asyncio.create_task(rig.brain(session))
+        await _eventually(lambda: _requested(email, second), within=60)
+        stopped.send_signal(signal.SIGSTOP)
+        other = await rig.hands()
+        try:
+            await _eventually(lambda: _has_result(store, second), within=60)
+            stopped.send_signal(signal.SIGCONT)
+            assert await brain == 0
+            await asyncio.sleep(2)  # the resumed Hands' late writes, if any, land now
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+            await stop(stopped)
+            await stop(other)
+        await check_invariants(store, email, session, "stopped Hands")
+    result = await store.get_operation_result(second)
+    assert result is not None and result.executor == f"hands-{rig.namespace}-2"
+    await store.close()
+
+
 async def test_crash_points_of_both_sides_recover(
     servers: ExampleServers, images: dict[str, str], tmp_path: Path
 ) -> None:
@@ -197,6 +231,10 @@ async def _crash_and_resume(
         assert await brain == 0
     finally:
         await stop(hands)
+
+
+async def _has_result(store: SessionStore, operation_id: str) -> bool:
+    return await store.get_operation_result(operation_id) is not None
 
 
 async def _requested(email: EmailClient, operation_id: str) -> bool:
