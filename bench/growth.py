@@ -31,11 +31,11 @@ from bench.stats import median
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.services import Services
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import utcnow
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 from tests.support.backends import Counting
 from tests.support.workloads import install_report
 

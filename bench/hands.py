@@ -41,7 +41,6 @@ from brain.relay import OutboxRelay
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.services import Services
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher, ToolSpec
 from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus, BusSettings, dispatch_subject
 from contracts import ReplayPolicy, utcnow
@@ -53,6 +52,7 @@ from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from hands.service import ConsumerSettings, HandsService, publisher
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 
 DOCKER = "unix:///var/run/docker.sock"
 HARDENED = [

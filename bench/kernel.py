@@ -28,11 +28,11 @@ from brain.outcome import Done, Next, PhaseOutcome
 from brain.registry import Registry, TaskKind
 from brain.runner import SessionRunner
 from brain.services import Services
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import utcnow
 from runtime.crashpoints import CrashPoints
 from session_store import open_store
+from session_store.submissions import SessionClient
 
 
 def chain_kind(phases: int) -> TaskKind:

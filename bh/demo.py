@@ -27,11 +27,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from brain.submissions import SessionClient
 from contracts import BrainhandsError, TaskStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 
 CRASH_POINT = "call:after:send_email#4"
 SESSION = "demo"

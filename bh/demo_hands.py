@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 from rich.table import Table
 
 from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers, worker
-from brain.submissions import SessionClient
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
@@ -38,6 +37,7 @@ from hands.images import build_images, tool_tag
 from hands.registry import register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 
 BRAIN_CRASH = "relay:published:tools.dispatch.send_email#4"
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 
 from brain import decide
 from brain.builder import CommitBuilder
-from brain.intake import read_input
 from brain.outcome import TaskSpec
 from contracts import (
     CONTROL_DOCUMENT,
@@ -23,6 +22,7 @@ from contracts import (
     TaskInput,
     TextInput,
 )
+from session_store.intake import read_input
 
 
 def root_task_id(request_id: str) -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from brain.submissions import SessionClient
 from contracts import EntryKind, SubmissionStatus
 from session_store import open_store
+from session_store.submissions import SessionClient
 from tests.support.example_servers import ExampleServers, example_servers
 from tests.support.processes import brain_run
 

@@ -18,7 +18,6 @@ from brain.outcome import Done, Effects, Next, PhaseOutcome
 from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import CommitRecord, Outcome, StoreUnavailable
 from contracts.tool import Dispatch
@@ -28,6 +27,7 @@ from hands.sandbox.process import ProcessSandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
+from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.processes import ROOT

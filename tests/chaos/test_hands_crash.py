@@ -24,7 +24,6 @@ from brain.outcome import Done, Effects, PhaseOutcome
 from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import DriveReport, SessionRunner
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, Bus, BusSettings, dispatch_subject
 from contracts import CommitRecord, Outcome, ReplayPolicy
@@ -32,6 +31,7 @@ from contracts.tool import Dispatch
 from hands.service import CONSUMER
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
+from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.toolpath import (

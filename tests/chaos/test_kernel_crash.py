@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from brain.submissions import SessionClient
 from contracts import Outcome, TaskStatus
 from session_store import open_store
+from session_store.submissions import SessionClient
 from tests.support.processes import brain_run
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]

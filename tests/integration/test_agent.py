@@ -16,7 +16,6 @@ from brain.model.scripted import Script, ScriptedModel, scripted_app
 from brain.model.settings import ModelSettings
 from brain.operations import operation_id as operation_id_of
 from brain.runner import DriveReport
-from brain.submissions import SessionClient
 from brain.worker import WorkerSettings, run_worker
 from contracts import (
     BlobRef,
@@ -27,6 +26,7 @@ from contracts import (
     SubmissionStatus,
 )
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.http_server import serve
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from brain.model.scripted import scripted_app
-from brain.submissions import SessionClient
 from brain.worker import run_worker
 from contracts import EntryKind, SubmissionStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.service import email_app
 from session_store import open_store
+from session_store.submissions import SessionClient
 from tests.support.http_server import serve
 from tests.support.kernel import task_history
 

@@ -14,7 +14,6 @@ from brain.outcome import Done, Effects, PhaseOutcome
 from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher
 from contracts import (
     CommitRecord,
@@ -28,6 +27,7 @@ from contracts import (
 from hands.sandbox.process import ProcessSandbox
 from session_store import SessionStore, layout
 from session_store.codec import decode
+from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.stores import StoreLocation

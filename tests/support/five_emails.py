@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from brain.submissions import SessionClient
 from contracts import CommitRecord, Outcome, SubmissionStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
 from session_store import SessionStore, layout
 from session_store.codec import decode
+from session_store.submissions import SessionClient
 
 BATCH = "root.req.r1.c0.run"
 

@@ -17,11 +17,11 @@ from brain.outcome import Done
 from brain.registry import Backoff, Registry, TaskKind
 from brain.runner import DriveReport, SessionRunner
 from brain.services import Services
-from brain.submissions import SessionClient
 from brain.tools import LocalDispatcher, ToolSpec
 from contracts import Submission, Task, utcnow
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 
 FAST = Backoff(initial=timedelta(milliseconds=10))
 

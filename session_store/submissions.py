@@ -5,7 +5,7 @@ else, and the store lets them write only submissions, user input and control-doc
 patches. A submission is keyed by the client's ``request_id``: submitting the same id
 again — even long after it settled and left the state for the archive — returns the
 original submission and creates no work. What can be checked at the door is checked
-there (``brain.intake``): a bad id or input is refused with ``InvalidInput`` naming the
+there (``session_store.intake``): a bad id or input is refused with ``InvalidInput`` naming the
 field, and nothing is stored. Cancellation is a request recorded in the session's
 control document; the lease holder turns it into decisions.
 """
@@ -19,7 +19,6 @@ from datetime import timedelta
 
 from pydantic import JsonValue
 
-from brain.intake import check_ids, read_input
 from contracts import (
     CONTROL_DOCUMENT,
     AlreadyExists,
@@ -33,7 +32,10 @@ from contracts import (
     Submission,
     TextInput,
 )
-from session_store import SessionHandle, SessionState, SessionStore
+from session_store.handle import SessionHandle
+from session_store.intake import check_ids, read_input
+from session_store.state import SessionState
+from session_store.store import SessionStore
 
 _RACES = 8
 
