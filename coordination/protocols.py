@@ -1,0 +1,45 @@
+"""The two boundaries: who may drive a session now (leases), and which sessions may have
+runnable work (wakes)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from contracts.model import Frozen
+
+
+class Lease(Frozen):
+    """The right of ``holder`` to drive ``session_id``, with the fence it must present to
+    the store; it lapses unless extended before ``ttl`` passes (server time)."""
+
+    session_id: str
+    holder: str
+    fence: int
+    ttl: timedelta
+
+
+class LeaseStore(Protocol):
+    async def acquire(
+        self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
+    ) -> Lease | None:
+        """The lease with a new fence above every earlier one and above ``floor`` (the
+        store's fence high-water mark), or None while another holder has it. A failed
+        acquire consumes no fence."""
+        ...
+
+    async def extend(self, lease: Lease, *, ttl: timedelta | None = None) -> Lease:
+        """Extend a lease still held by its holder; ``LeaseLost`` otherwise."""
+        ...
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the lease back (only its holder can); False if it had already lapsed."""
+        ...
+
+    async def holder(self, session_id: str) -> str | None: ...
+
+
+class WakeQueue(Protocol):
+    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
+        """Ask for a drive of ``session_id`` (now, or at ``at``); repeats coalesce."""
+        ...
