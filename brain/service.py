@@ -1,0 +1,127 @@
+"""A long-running Brain worker: drives many sessions at once, each under a fenced lease.
+
+For a wake it takes the session's lease in Redis (a fence above the store's high-water
+mark), drives the session with that fence — the store's claim makes a stale holder
+unable to commit anything —, extends the lease while phases run, releases it when
+nothing is runnable, and asks for a delayed wake when a timer is due. A wake for a
+session another Brain is driving is handed back to the queue a moment later, so it is
+never lost. Wake jobs arrive through RQ (``coordination.wakes.WakeWorker``), one thread
+per slot; the drives themselves run on this process's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+import redis
+from rq import Queue
+
+from brain.runner import DriveReport, SessionRunner
+from contracts import LeaseLost
+from coordination.protocols import Lease, LeaseStore
+from coordination.wakes import RQWakes, WakeWorker, queue_name
+
+log = logging.getLogger(__name__)
+
+
+class BrainService:
+    def __init__(
+        self,
+        *,
+        runner: SessionRunner,
+        leases: LeaseStore,
+        wakes: RQWakes,
+        redis_url: str,
+        concurrency: int = 8,
+        lease_ttl: timedelta = timedelta(seconds=10),
+        busy_retry: timedelta = timedelta(milliseconds=200),
+    ) -> None:
+        self.runner = runner
+        self.leases = leases
+        self.wakes = wakes
+        self.redis_url = redis_url
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl
+        self.busy_retry = busy_retry
+        self.reports: list[DriveReport] = []
+        self._workers: list[WakeWorker] = []
+        self._threads: list[threading.Thread] = []
+        self._held: dict[str, Lease] = {}
+        self._stopped = asyncio.Event()
+
+    @property
+    def holder(self) -> str:
+        return self.runner.services.runner_id
+
+    async def run(self) -> None:
+        """Consume wake jobs with ``concurrency`` slots until ``shutdown``."""
+        loop = asyncio.get_running_loop()
+        connection = redis.Redis.from_url(self.redis_url)
+        queue = Queue(queue_name(self.wakes.prefix, self.wakes.route), connection=connection)
+        for slot in range(self.concurrency):
+            worker = WakeWorker(
+                [queue],
+                name=f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}",
+                connection=connection,
+                prefix=self.wakes.prefix,
+                loop=loop,
+                drive=self.drive,
+            )
+            self._workers.append(worker)
+            self._threads.append(worker.run_in_thread())
+        await self._stopped.wait()
+
+    async def shutdown(self) -> None:
+        """Stop taking wakes, let running drives end, hand leases back."""
+        for worker in self._workers:
+            worker.stop()
+        self._stopped.set()
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join, 10)
+        for lease in list(self._held.values()):
+            with contextlib.suppress(Exception):
+                await self.leases.release(lease)
+
+    async def drive(self, session_id: str) -> str:
+        """One wake of one session: lease, drive, release."""
+        handle = await self.runner.store.session(session_id)
+        lease = await self.leases.acquire(
+            session_id, self.holder, ttl=self.lease_ttl, floor=handle.fence
+        )
+        if lease is None:  # another Brain drives it now: look again after its release
+            await asyncio.sleep(self.busy_retry.total_seconds())
+            await self.wakes.wake(session_id, reason="busy")
+            return "busy"
+        self._held[session_id] = lease
+        driving = asyncio.create_task(self.runner.drive(session_id, fence=lease.fence))
+        keeping = asyncio.create_task(self._keep(lease, driving))
+        try:
+            report = await driving
+        except asyncio.CancelledError:
+            log.warning("session %s: lease lost; dropped the drive", session_id)
+            return "lease lost"
+        finally:
+            keeping.cancel()
+            self._held.pop(session_id, None)
+            with contextlib.suppress(Exception):
+                await self.leases.release(lease)
+        self.reports.append(report)
+        if report.next_wake_at is not None and not report.fenced:
+            await self.wakes.wake(session_id, reason="timer", at=report.next_wake_at)
+        return f"fence {report.fence}: {report.commits} commits, active={report.active}"
+
+    async def _keep(self, lease: Lease, driving: asyncio.Task[DriveReport]) -> None:
+        every = self.lease_ttl.total_seconds() / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.leases.extend(lease, ttl=self.lease_ttl)
+            except LeaseLost as lost:
+                log.warning("%s", lost.message)
+                driving.cancel()
+                return

@@ -1,0 +1,222 @@
+"""Fenced session leases in Redis: the ``LeaseStore`` the scheduler and Brains share.
+
+Two keys per session, under a configurable prefix (default ``bh``)::
+
+    <prefix>:lease:<session>   "holder|fence"   server-side PX TTL
+    <prefix>:fence:<session>   fence counter    no TTL
+
+Each operation is one Lua script, so Redis runs it atomically. A lease is only a hint
+about who should drive a session: the Session Store's claim commit is what stops a
+stale holder (see ``docs/leases.md``). Redis errors are translated into
+``StoreUnavailable`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from contracts.errors import InvalidInput, LeaseLost, StoreUnavailable
+from coordination.protocols import Lease
+
+# KEYS: lease, counter. ARGV: holder, ttl ms, floor.
+# Another holder's lease → nil, and the counter is not touched: a failed acquire
+# consumes no fence. The same holder keeps its fence unless the store has already seen
+# a higher one (floor), in which case its old fence could never claim again.
+# Counters are set via SET + INCR rather than from a Lua number, because Lua numbers
+# are doubles and would be written in exponent notation past 1e14.
+_ACQUIRE = """
+local lease, counter = KEYS[1], KEYS[2]
+local holder, ttl, floor = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local current = redis.call('GET', lease)
+if current then
+  local cut = string.find(current, '|[^|]*$')
+  if string.sub(current, 1, cut - 1) ~= holder then
+    return false
+  end
+  local held = tonumber(string.sub(current, cut + 1))
+  if held >= floor then
+    redis.call('PEXPIRE', lease, ttl)
+    return held
+  end
+end
+local fence = redis.call('INCR', counter)
+if fence <= floor then
+  redis.call('SET', counter, ARGV[3])
+  fence = redis.call('INCR', counter)
+end
+redis.call('SET', lease, holder .. '|' .. string.format('%d', fence), 'PX', ttl)
+return fence
+"""
+
+# KEYS: lease. ARGV: "holder|fence", ttl ms. Returns what the key held (nil if lapsed);
+# it was extended exactly when that equals ARGV[1].
+_EXTEND = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return current
+"""
+
+# KEYS: lease. ARGV: "holder|fence". 1 if this lease was deleted, 0 otherwise.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+_MAX_FENCE = 2**53  # exact in a Lua double
+
+
+class RedisLeases:
+    """``LeaseStore`` on Redis.
+
+    ``client`` is a ``redis.asyncio.Redis`` owned by the caller, who closes it; this
+    class never does. It works with ``decode_responses`` on or off. ``prefix`` keeps
+    deployments (and test runs) sharing one Redis apart.
+    """
+
+    def __init__(self, client: Redis, *, prefix: str = "bh") -> None:
+        if not prefix or any(c.isspace() for c in prefix):
+            raise InvalidInput(
+                f"lease key prefix must be non-empty without whitespace, got {prefix!r}",
+                prefix=prefix,
+            )
+        self._client = client
+        self._prefix = prefix
+        self._acquire = client.register_script(_ACQUIRE)
+        self._extend = client.register_script(_EXTEND)
+        self._release = client.register_script(_RELEASE)
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def lease_key(self, session_id: str) -> str:
+        return f"{self._prefix}:lease:{session_id}"
+
+    def fence_key(self, session_id: str) -> str:
+        return f"{self._prefix}:fence:{session_id}"
+
+    async def acquire(
+        self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
+    ) -> Lease | None:
+        """The lease with a fence above every earlier one and above ``floor``, or None
+        while another holder has it (the counter is then untouched). A holder that still
+        holds the lease keeps its fence (and gets ``ttl`` from now) unless that fence is
+        below ``floor``."""
+        _check_names(session_id, holder)
+        if not 0 <= floor < _MAX_FENCE:
+            raise InvalidInput(
+                f"fence floor must be between 0 and 2**53 - 1, got {floor}", floor=floor
+            )
+        keys = [self.lease_key(session_id), self.fence_key(session_id)]
+        with _translated("acquire", session_id):
+            fence = await self._acquire(keys=keys, args=[holder, _millis(ttl), floor])
+        if fence is None:
+            return None
+        return Lease(session_id=session_id, holder=holder, fence=int(fence), ttl=ttl)
+
+    async def extend(self, lease: Lease, *, ttl: timedelta | None = None) -> Lease:
+        """Give ``lease`` ``ttl`` (default: its own) from now, if Redis still holds exactly
+        this holder and fence; ``LeaseLost`` otherwise."""
+        ttl = lease.ttl if ttl is None else ttl
+        expected = _value(lease)
+        with _translated("extend", lease.session_id):
+            current = await self._extend(
+                keys=[self.lease_key(lease.session_id)], args=[expected, _millis(ttl)]
+            )
+        current = _text(current)
+        if current != expected:
+            raise _lost(lease, current)
+        return lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
+
+    async def release(self, lease: Lease) -> bool:
+        """Delete the lease if Redis still holds exactly this holder and fence; False if it
+        had lapsed or another holder (or a newer fence) has it."""
+        with _translated("release", lease.session_id):
+            deleted = await self._release(
+                keys=[self.lease_key(lease.session_id)], args=[_value(lease)]
+            )
+        return bool(deleted)
+
+    async def holder(self, session_id: str) -> str | None:
+        """Who holds ``session_id`` now, or None."""
+        with _translated("read", session_id):
+            current = await self._client.get(self.lease_key(session_id))
+        text = _text(current)
+        return None if text is None else _split(text)[0]
+
+
+def _check_names(session_id: str, holder: str) -> None:
+    if not session_id:
+        raise InvalidInput("a lease needs a non-empty session id")
+    if not holder:
+        raise InvalidInput(
+            f"a lease on session {session_id} needs a non-empty holder name",
+            session_id=session_id,
+        )
+
+
+def _millis(ttl: timedelta) -> int:
+    millis = int(ttl / timedelta(milliseconds=1))
+    if millis < 1:
+        raise InvalidInput(f"lease ttl must be at least 1 ms, got {ttl}", ttl=str(ttl))
+    return millis
+
+
+def _value(lease: Lease) -> str:
+    return f"{lease.holder}|{lease.fence}"
+
+
+def _split(value: str) -> tuple[str, int]:
+    # The fence is digits only, so the last "|" separates it even if the holder has one.
+    holder, _, fence = value.rpartition("|")
+    return holder, int(fence)
+
+
+def _text(reply: object) -> str | None:
+    if reply is None:
+        return None
+    if isinstance(reply, bytes):
+        return reply.decode()
+    return str(reply)
+
+
+def _lost(lease: Lease, current: str | None) -> LeaseLost:
+    where = f"lease on session {lease.session_id} for {lease.holder} at fence {lease.fence}"
+    if current is None:
+        return LeaseLost(
+            f"{where} has lapsed; acquire it again",
+            session_id=lease.session_id,
+            holder=lease.holder,
+            fence=lease.fence,
+        )
+    holder, fence = _split(current)
+    return LeaseLost(
+        f"{where} was taken by {holder} with fence {fence}",
+        session_id=lease.session_id,
+        holder=lease.holder,
+        fence=lease.fence,
+        current_holder=holder,
+        current_fence=fence,
+    )
+
+
+@contextmanager
+def _translated(action: str, session_id: str) -> Iterator[None]:
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailable(
+            f"Redis failed to {action} the lease of session {session_id}: "
+            f"{type(exc).__name__}: {exc}",
+            session_id=session_id,
+            action=action,
+        ) from exc

@@ -1,0 +1,177 @@
+"""Wake jobs on RQ: "session S may have runnable work" — a hint, never the truth.
+
+* ``RQWakes.wake`` enqueues one RQ job per session at a time: a pending marker
+  (``<prefix>:wake:pending:<session>``, set-if-absent) coalesces repeats while a job
+  waits in the queue. The consumer deletes the marker as it *takes* the job, before
+  driving: a wake that arrives during the drive (a result landing, a submission) enqueues
+  a new job, so no wake-up is lost in the instant between a drive and its release.
+* Delayed wakes (sleeping tasks, retry backoff) wait in a sorted set
+  (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
+  scheduler's timer — turns the due ones into jobs.
+* ``WakeWorker`` consumes wake jobs inside a Brain: RQ's own ``SimpleWorker`` bookkeeping
+  (the started, finished and failed registries, worker registration), one thread per
+  slot, so ``rq info`` shows the truth; the drive itself runs on the Brain's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Any
+
+import redis
+import redis.asyncio
+from rq import Queue, SimpleWorker
+from rq.timeouts import BaseDeathPenalty
+
+from contracts import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Job function path: what RQ records as the job's callable.
+JOB_FUNCTION = "coordination.wakes.drive_session"
+_PENDING_TTL_S = 600
+_local = threading.local()
+
+
+def pending_key(prefix: str, session_id: str) -> str:
+    return f"{prefix}:wake:pending:{session_id}"
+
+
+def due_key(prefix: str) -> str:
+    return f"{prefix}:wake:due"
+
+
+def queue_name(prefix: str, route: str = "default") -> str:
+    return f"{prefix}-wakes-{route}"
+
+
+class RQWakes:
+    """Enqueues wake jobs; ``route`` picks the queue of Brains that can run the session."""
+
+    def __init__(self, url: str, *, prefix: str = "bh", route: str = "default") -> None:
+        self.prefix = prefix
+        self.route = route
+        self._sync = redis.Redis.from_url(url)
+        self._queue = Queue(queue_name(prefix, route), connection=self._sync)
+
+    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
+        try:
+            if at is not None and at.timestamp() > time.time():
+                await asyncio.to_thread(self._later, session_id, at.timestamp())
+            else:
+                await asyncio.to_thread(self._now, session_id, reason)
+        except redis.RedisError as error:
+            raise StoreUnavailable(f"cannot queue a wake of {session_id}: {error}") from None
+
+    def _now(self, session_id: str, reason: str) -> None:
+        if not self._sync.set(
+            pending_key(self.prefix, session_id), reason, nx=True, ex=_PENDING_TTL_S
+        ):
+            return  # a wake job of this session is already waiting
+        self._queue.enqueue_call(
+            JOB_FUNCTION,
+            args=(session_id,),
+            job_id=f"wake-{session_id}-{uuid.uuid4().hex[:8]}",
+            description=f"wake {session_id}: {reason}",
+            timeout=-1,
+            result_ttl=600,
+            failure_ttl=86400,
+        )
+
+    def _later(self, session_id: str, when: float) -> None:
+        # LT: a session keeps its earliest due time
+        self._sync.zadd(due_key(self.prefix), {session_id: when}, lt=True)
+
+    async def promote_due(self, now: float | None = None) -> list[str]:
+        """Turn due delayed wakes into wake jobs; the sessions woken."""
+        moment = time.time() if now is None else now
+        try:
+            due = await asyncio.to_thread(self._pop_due, moment)
+            for session_id in due:
+                await asyncio.to_thread(self._now, session_id, "timer")
+        except redis.RedisError as error:
+            raise StoreUnavailable(f"cannot promote due wakes: {error}") from None
+        return due
+
+    def _pop_due(self, moment: float) -> list[str]:
+        key = due_key(self.prefix)
+        with self._sync.pipeline() as pipe:
+            pipe.zrangebyscore(key, "-inf", moment)
+            pipe.zremrangebyscore(key, "-inf", moment)
+            members, _ = pipe.execute()
+        return [m.decode() for m in members]
+
+    def close(self) -> None:
+        self._sync.close()
+
+
+class _NoDeathPenalty(BaseDeathPenalty):
+    """Drives time themselves (leases, deadlines); RQ's signal timers don't work in
+    threads."""
+
+    def setup_death_penalty(self) -> None:
+        return None
+
+    def cancel_death_penalty(self) -> None:
+        return None
+
+
+def drive_session(session_id: str) -> str:
+    """The wake job: drive ``session_id`` with the Brain whose worker thread runs it."""
+    drive: Callable[[str], str] = _local.drive
+    return drive(session_id)
+
+
+class WakeWorker(SimpleWorker):
+    """One RQ worker per Brain slot, in a thread; drives run on the Brain's loop."""
+
+    death_penalty_class = _NoDeathPenalty
+
+    def __init__(
+        self,
+        queues: list[Queue],
+        *,
+        name: str,
+        connection: redis.Redis,
+        prefix: str,
+        loop: asyncio.AbstractEventLoop,
+        drive: Callable[[str], Coroutine[Any, Any, Any]],
+    ) -> None:
+        super().__init__(queues, name=name, connection=connection)
+        self._prefix = prefix
+        self._loop = loop
+        self._drive = drive
+
+    def _install_signal_handlers(self) -> None:
+        return None  # the Brain's main thread owns the signals
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return 1  # look at the stop flag every second
+
+    def run_in_thread(self) -> threading.Thread:
+        def work() -> None:
+            _local.drive = self._perform
+            self.work(with_scheduler=False)
+
+        thread = threading.Thread(target=work, name=self.name, daemon=True)
+        thread.start()
+        return thread
+
+    def _perform(self, session_id: str) -> str:
+        # Taken: later wakes must enqueue anew (no lost wake-up during this drive).
+        self.connection.delete(pending_key(self._prefix, session_id))
+        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+            self._drive(session_id), self._loop
+        )
+        return str(future.result())
+
+    def stop(self) -> None:
+        self._stop_requested = True

@@ -1,0 +1,179 @@
+"""Brain workers on real Redis and RQ: wake jobs, fenced leases, no lost wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio
+from rq import Queue
+from rq.registry import FinishedJobRegistry
+
+from brain.context import PhaseContext
+from brain.outcome import Done, PhaseOutcome
+from brain.registry import Registry
+from brain.service import BrainService
+from brain.tools import LocalDispatcher
+from contracts import Outcome, SubmissionStatus
+from coordination.leases import RedisLeases
+from coordination.wakes import RQWakes, queue_name
+from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
+from tests.support.eventually import assert_eventually
+from tests.support.kernel import Kernel, kind
+from tests.support.services import require
+
+pytestmark = [pytest.mark.redis, pytest.mark.sqlite]
+
+
+async def _echo(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result={"echo": ctx.input})
+
+
+@asynccontextmanager
+async def brain(
+    store: SessionStore, url: str, prefix: str, name: str, registry: Registry
+) -> AsyncIterator[BrainService]:
+    client = redis.asyncio.Redis.from_url(url)
+    runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner(name)
+    wakes = RQWakes(url, prefix=prefix)
+    service = BrainService(
+        runner=runner,
+        leases=RedisLeases(client, prefix=prefix),
+        wakes=wakes,
+        redis_url=url,
+        concurrency=2,
+        lease_ttl=timedelta(seconds=2),
+    )
+    running = asyncio.create_task(service.run())
+    try:
+        yield service
+    finally:
+        await service.shutdown()
+        await running
+        wakes.close()
+        await client.aclose()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return require("BH_REDIS_URL", "Redis")
+
+
+async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    registry = Registry()
+    registry.add(kind("echo", {"start": _echo}))
+    client = SessionClient(store)
+    wakes = RQWakes(redis_url, prefix=prefix)
+    async with brain(store, redis_url, prefix, "brain-a", registry):
+        for number in range(5):
+            await client.submit(f"s{number}", "r1", {"task": {"kind": "echo", "input": number}})
+            await wakes.wake(f"s{number}", reason="submission")
+        await assert_eventually(lambda: _all_answered(store, 5), within=30)
+    sync = redis.Redis.from_url(redis_url)
+    finished = FinishedJobRegistry(queue=Queue(queue_name(prefix), connection=sync))
+    assert len(finished.get_job_ids()) >= 5  # RQ's own registries tell the truth
+    sync.close()
+    wakes.close()
+    await store.close()
+
+
+async def test_a_wake_during_a_drive_is_not_lost(tmp_path: Path, redis_url: str) -> None:
+    """A submission lands while its session is being driven (the wake's marker was
+    already taken): it is answered promptly, with no reconciler running."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    inside, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: PhaseContext) -> PhaseOutcome:
+        if ctx.input == "first":
+            inside.set()
+            await go_on.wait()
+        return Done(result=ctx.input)
+
+    registry = Registry()
+    registry.add(kind("slow", {"start": slow}))
+    client = SessionClient(store)
+    wakes = RQWakes(redis_url, prefix=prefix)
+    async with brain(store, redis_url, prefix, "brain-a", registry):
+        await client.submit("s1", "r1", {"task": {"kind": "slow", "input": "first"}})
+        await wakes.wake("s1", reason="submission")
+        await asyncio.wait_for(inside.wait(), 20)
+        await client.submit("s1", "r2", {"task": {"kind": "slow", "input": "second"}})
+        await wakes.wake("s1", reason="submission")  # arrives while s1 is driven
+        go_on.set()
+        await assert_eventually(lambda: _answered(store, "s1", "r2"), within=5)
+    wakes.close()
+    await store.close()
+
+
+async def test_a_newer_lease_holder_fences_out_the_older_one(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Brain A's lease lapses mid-phase (as after a SIGSTOP); Brain B takes the session
+    with a higher fence and claims it; A's late outcome is refused by the store."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    stuck, release = asyncio.Event(), asyncio.Event()
+
+    async def phase(ctx: PhaseContext) -> PhaseOutcome:
+        if ctx.services.runner_id == "brain-a":
+            stuck.set()
+            await release.wait()
+            return Done(result="from A")
+        return Done(result="from B")
+
+    registry = Registry()
+    registry.add(kind("race", {"start": phase}))
+    client = SessionClient(store)
+    leases_client = redis.asyncio.Redis.from_url(redis_url)
+    leases = RedisLeases(leases_client, prefix=prefix)
+    runner_a = Kernel(store, registry, LocalDispatcher(), client).runner("brain-a")
+    runner_b = Kernel(store, registry, LocalDispatcher(), client).runner("brain-b")
+    await client.submit("s1", "r1", {"task": {"kind": "race"}})
+    lease_a = await leases.acquire("s1", "brain-a", ttl=timedelta(milliseconds=300))
+    assert lease_a is not None
+    drive_a = asyncio.create_task(runner_a.drive("s1", fence=lease_a.fence))
+    await asyncio.wait_for(stuck.wait(), 10)
+    # A is "stopped": its lease lapses, B acquires a higher fence and drives.
+    await assert_eventually(lambda: _free(leases, "s1"), within=5)
+    handle = await store.session("s1")
+    lease_b = await leases.acquire("s1", "brain-b", ttl=timedelta(seconds=5), floor=handle.fence)
+    assert lease_b is not None and lease_b.fence > lease_a.fence
+    report_b = await runner_b.drive("s1", fence=lease_b.fence)
+    assert not report_b.fenced
+    release.set()  # A "resumes": its next commit is refused, it drops the session
+    report_a = await asyncio.wait_for(drive_a, 10)
+    assert report_a.fenced
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+    assert task is not None and task.result == "from B" and task.outcome is Outcome.SUCCEEDED
+    await leases_client.aclose()
+    await store.close()
+
+
+async def _free(leases: RedisLeases, session_id: str) -> bool:
+    return await leases.holder(session_id) is None
+
+
+async def _answered(store: SessionStore, session_id: str, request_id: str) -> bool:
+    handle = await store.session(session_id)
+    submission = await handle.submission(request_id)
+    return submission is not None and submission.status is SubmissionStatus.ANSWERED
+
+
+async def _all_answered(store: SessionStore, count: int) -> bool:
+    for number in range(count):
+        if not await _answered(store, f"s{number}", "r1"):
+            return False
+    return True
