@@ -28,6 +28,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
 from rq.timeouts import BaseDeathPenalty
 
 from contracts import StoreUnavailable
@@ -155,6 +156,16 @@ class WakeWorker(SimpleWorker):
     @property
     def dequeue_timeout(self) -> int:
         return 1  # look at the stop flag every second
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Any, Queue] | None:
+        # RQ's loop waits for a job forever; ours gives up each second to see the flag.
+        while not self._stop_requested:
+            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=1)
+            if found is not None:
+                return found
+        raise StopRequested()
 
     def run_in_thread(self) -> threading.Thread:
         def work() -> None:

@@ -1,0 +1,144 @@
+"""The distributed path on real Redis, RQ and NATS: a Brain service lets go of a session
+waiting on the Hands; the scheduler turns the result into a wake; a Brain applies it —
+with the reconciler off, so nothing but the result event can bring it home."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+
+from brain.context import PhaseContext
+from brain.outcome import Done, Effects, PhaseOutcome
+from brain.registry import Registry
+from brain.runner import SessionRunner
+from brain.service import BrainService
+from brain.tools import LocalDispatcher
+from bus import Bus
+from contracts import SubmissionStatus
+from coordination.leases import RedisLeases
+from coordination.wakes import RQWakes
+from hands.sandbox.process import ProcessSandbox
+from scheduler.service import Scheduler, SchedulerSettings
+from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
+from tests.support.eventually import assert_eventually
+from tests.support.kernel import kind
+from tests.support.services import require
+from tests.support.toolpath import brain_services, ledger_tool, running_hands, runs, scratch_bus
+
+pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.sqlite]
+
+
+@dataclass
+class System:
+    store: SessionStore
+    client: SessionClient
+    wakes: RQWakes
+    bus: Bus
+    ledger: Path
+    brain: BrainService
+
+
+async def _call(ctx: PhaseContext) -> PhaseOutcome:
+    performed = await ctx.operation("act", {"sleep": float(ctx.input or 0)}, "act")
+    return Done(
+        result=performed.output, effects=Effects(applied_operations=(performed.operation_id,))
+    )
+
+
+@asynccontextmanager
+async def system(tmp_path: Path, registry: Registry) -> AsyncIterator[System]:
+    url = require("BH_REDIS_URL", "Redis")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    ledger = tmp_path / "ledger"
+    tools = LocalDispatcher()
+    tools.add_sandboxed(await store.tools.register(ledger_tool("act", ledger)))
+    client = redis.asyncio.Redis.from_url(url)
+    leases = RedisLeases(client, prefix=prefix)
+    wakes = RQWakes(url, prefix=prefix)
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus, "brain-1"))
+        brain = BrainService(
+            runner=runner,
+            leases=leases,
+            wakes=wakes,
+            redis_url=url,
+            concurrency=2,
+            lease_ttl=timedelta(seconds=3),
+        )
+        scheduler = Scheduler(
+            store=store,
+            bus=bus,
+            wakes=wakes,
+            leases=leases,
+            settings=SchedulerSettings(reconcile_every=None),  # only result events wake
+        )
+        tasks = [asyncio.create_task(brain.run()), asyncio.create_task(scheduler.run())]
+        try:
+            async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+                yield System(store, SessionClient(store), wakes, bus, ledger, brain)
+        finally:
+            await scheduler.shutdown()
+            await brain.shutdown()
+            await asyncio.gather(*tasks)
+    wakes.close()
+    await client.aclose()
+    await store.close()
+
+
+async def test_a_result_event_wakes_a_brain_that_applies_it(tmp_path: Path) -> None:
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    async with system(tmp_path, registry) as s:
+        await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.2}})
+        await s.wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
+    assert len(runs(s.ledger)) == 1
+    assert any(report.awaiting for report in s.brain.reports)  # it let go while waiting
+
+
+async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly(
+    tmp_path: Path,
+) -> None:
+    """The result lands while another task of the same session keeps a drive (and the
+    lease) busy: once that drive ends, the result is applied within a second."""
+    release = asyncio.Event()
+
+    async def hold(ctx: PhaseContext) -> PhaseOutcome:
+        await release.wait()
+        return Done(result="held")
+
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    registry.add(kind("hold", {"start": hold}))
+    async with system(tmp_path, registry) as s:
+        await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.5}})
+        await s.client.submit("s1", "r2", {"task": {"kind": "hold"}})
+        await s.wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _has_runs(s.ledger), within=20)  # result is in
+        await asyncio.sleep(0.5)  # its event arrives while the hold keeps the drive busy
+        release.set()
+        released_at = time.monotonic()
+        await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=10)
+        assert time.monotonic() - released_at < 2.0
+        await assert_eventually(lambda: _answered(s.store, "s1", "r2"), within=10)
+
+
+async def _has_runs(ledger: Path) -> bool:
+    return bool(await asyncio.to_thread(runs, ledger))
+
+
+async def _answered(store: SessionStore, session_id: str, request_id: str) -> bool:
+    handle = await store.session(session_id)
+    submission = await handle.submission(request_id)
+    return submission is not None and submission.status is SubmissionStatus.ANSWERED
