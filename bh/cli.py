@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from bh import demo, devstack, images_commands, ops_commands, store_commands, tools_commands
+from brain import __main__ as brain_main
 from hands import __main__ as hands_main
 from hands import api_server
+from scheduler import __main__ as scheduler_main
 
 app = typer.Typer(
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
@@ -19,6 +21,12 @@ app.add_typer(ops_commands.app, name="ops")
 app.add_typer(tools_commands.app, name="tools")
 app.command(name="demo")(demo.demo)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)
+app.command(name="brain", help="Run a Brain worker (also: python -m brain worker).")(
+    brain_main.worker
+)
+app.command(name="scheduler", help="Run the scheduler (also: python -m scheduler).")(
+    scheduler_main.run
+)
 app.command(name="hands-api", help="Serve the Hands HTTP API (token from BH_HANDS_API_TOKEN).")(
     api_server.serve_command
 )

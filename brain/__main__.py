@@ -1,18 +1,28 @@
-"""``python -m brain run``: run one session to idle in this process (embedded worker)."""
+"""``python -m brain run``: one session to idle in this process (embedded);
+``python -m brain worker`` (also ``bh brain``): a long-running Brain driving the sessions
+the scheduler wakes, under fenced leases."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import signal
 import sys
+from contextlib import AsyncExitStack
+from datetime import timedelta
 from typing import Annotated
 
+import redis.asyncio
 import typer
 
 from brain.model.settings import ModelSettings
-from brain.worker import WorkerSettings, run_worker
+from brain.service import BrainService
+from brain.worker import BrainSettings, WorkerSettings, build, run_worker
 from bus import BusSettings
 from contracts import BrainhandsError
+from coordination.leases import RedisLeases
+from coordination.wakes import RQWakes
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -49,6 +59,67 @@ def run(
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
     sys.stdout.write(report.model_dump_json() + "\n")
+
+
+@app.command()
+def worker(
+    store: Annotated[str, typer.Option(envvar="BH_STORE_URL", help="Session Store URL")],
+    redis_url: Annotated[
+        str, typer.Option("--redis", envvar="BH_REDIS_URL", help="Redis (leases, wakes)")
+    ],
+    plugin: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
+    sandboxed: Annotated[
+        list[str] | None, typer.Option(help="registered tool to run on the Hands, repeatable")
+    ] = None,
+    nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
+    namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus/Redis prefix")] = "bh",
+    concurrency: Annotated[int, typer.Option(help="sessions driven at once")] = 8,
+    lease_seconds: Annotated[float, typer.Option(help="lease TTL (extended while driving)")] = 10,
+) -> None:
+    """Drive the sessions the scheduler wakes, many at once, until SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
+    settings = BrainSettings(
+        store_url=store,
+        plugins=tuple(plugin or ()),
+        model=model,
+        bus=BusSettings(url=nats, namespace=namespace) if nats else None,
+        sandboxed=tuple(sandboxed or ()),
+    )
+    try:
+        asyncio.run(
+            _serve(settings, redis_url, namespace, concurrency, timedelta(seconds=lease_seconds))
+        )
+    except BrainhandsError as error:
+        typer.echo(f"{error.code}: {error.message}", err=True)
+        raise typer.Exit(2) from None
+
+
+async def _serve(
+    settings: BrainSettings, redis_url: str, prefix: str, concurrency: int, ttl: timedelta
+) -> None:
+    async with AsyncExitStack() as resources:
+        built = await build(settings, resources)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        resources.push_async_callback(client.aclose)
+        wakes = RQWakes(redis_url, prefix=prefix)
+        resources.callback(wakes.close)
+        service = BrainService(
+            runner=built.runner,
+            leases=RedisLeases(client, prefix=prefix),
+            wakes=wakes,
+            redis_url=redis_url,
+            concurrency=concurrency,
+            lease_ttl=ttl,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        running = asyncio.create_task(service.run())
+        await stop.wait()
+        await service.shutdown()  # running drives end; leases are handed back
+        await running
 
 
 if __name__ == "__main__":

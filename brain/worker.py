@@ -15,6 +15,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 from brain.agent import agent_kinds
 from brain.embedded import run_until_idle
@@ -35,9 +36,10 @@ from session_store import SessionStore, open_store
 Plugin = Callable[[Registry, LocalDispatcher, AsyncExitStack], Awaitable[None]]
 
 
-class WorkerSettings(Frozen):
+class BrainSettings(Frozen):
+    """What every Brain process builds once: store, task kinds and tools, model, bus."""
+
     store_url: str
-    session_id: str
     plugins: tuple[str, ...] = ()
     model: ModelSettings | None = None
     root_kind: str = "agent"
@@ -45,6 +47,12 @@ class WorkerSettings(Frozen):
     bus: BusSettings | None = None
     #: registered tools to run on the Hands (newest version), replacing in-process ones
     sandboxed: tuple[str, ...] = ()
+
+
+class WorkerSettings(BrainSettings):
+    """``python -m brain run``: one session, to idle, in this process."""
+
+    session_id: str
 
 
 def new_runner_id() -> str:
@@ -60,42 +68,57 @@ def load_plugin(path: str) -> Plugin:
     return plugin
 
 
+@dataclass(frozen=True)
+class Built:
+    store: SessionStore
+    runner: SessionRunner
+    bus: Bus | None
+
+
+async def build(
+    settings: BrainSettings, resources: AsyncExitStack, *, crash: CrashPoints | None = None
+) -> Built:
+    """Open and assemble everything a Brain needs; ``resources`` closes it all."""
+    store = await open_store(settings.store_url)
+    resources.push_async_callback(store.close)
+    registry = Registry()
+    for kind in agent_kinds():
+        registry.add(kind)
+    tools = LocalDispatcher()
+    for path in settings.plugins:
+        await load_plugin(path)(registry, tools, resources)
+    await _use_sandboxed(store, tools, settings.sandboxed)
+    model = None
+    if settings.model is not None:
+        model = OpenAIChatClient(settings.model)
+        resources.push_async_callback(model.aclose)
+    crash = crash or CrashPoints.from_env()
+    bus = None
+    if settings.bus is not None:
+        bus = await Bus.connect(settings.bus, name="brain")
+        resources.push_async_callback(bus.close)
+    elif settings.sandboxed:
+        raise InvalidInput("sandboxed tools need the bus: set BH_NATS_URL")
+    services = Services(
+        store=store,
+        tools=tools,
+        crash=crash,
+        clock=utcnow,
+        runner_id=new_runner_id(),
+        model=model,
+        relay=None if bus is None else OutboxRelay(bus, crash),
+    )
+    runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
+    return Built(store, runner, bus)
+
+
 async def run_worker(settings: WorkerSettings, *, crash: CrashPoints | None = None) -> DriveReport:
     async with AsyncExitStack() as resources:
-        store = await open_store(settings.store_url)
-        resources.push_async_callback(store.close)
-        registry = Registry()
-        for kind in agent_kinds():
-            registry.add(kind)
-        tools = LocalDispatcher()
-        for path in settings.plugins:
-            await load_plugin(path)(registry, tools, resources)
-        await _use_sandboxed(store, tools, settings.sandboxed)
-        model = None
-        if settings.model is not None:
-            model = OpenAIChatClient(settings.model)
-            resources.push_async_callback(model.aclose)
-        crash = crash or CrashPoints.from_env()
-        bus = None
-        if settings.bus is not None:
-            bus = await Bus.connect(settings.bus, name="brain")
-            resources.push_async_callback(bus.close)
-        elif settings.sandboxed:
-            raise InvalidInput("sandboxed tools need the bus: set BH_NATS_URL")
-        services = Services(
-            store=store,
-            tools=tools,
-            crash=crash,
-            clock=utcnow,
-            runner_id=new_runner_id(),
-            model=model,
-            relay=None if bus is None else OutboxRelay(bus, crash),
-        )
-        runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
-        if bus is None:
-            return await run_until_idle(runner, settings.session_id)
-        async with ResultWaiter(bus, settings.session_id) as results:
-            return await run_until_idle(runner, settings.session_id, results=results)
+        built = await build(settings, resources, crash=crash)
+        if built.bus is None:
+            return await run_until_idle(built.runner, settings.session_id)
+        async with ResultWaiter(built.bus, settings.session_id) as results:
+            return await run_until_idle(built.runner, settings.session_id, results=results)
 
 
 async def _use_sandboxed(

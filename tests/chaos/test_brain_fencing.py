@@ -1,0 +1,129 @@
+"""Fencing end to end with real Brain worker processes: SIGSTOP a Brain that holds a
+session until another Brain has claimed it, SIGCONT it — nothing it does afterwards
+enters the session (invariant 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+
+from contracts import CommitRecord, Outcome
+from coordination.leases import RedisLeases
+from coordination.wakes import RQWakes
+from session_store import SessionStore, layout, open_store
+from session_store.codec import decode
+from session_store.submissions import SessionClient
+from tests.support.eventually import assert_eventually
+from tests.support.processes import ROOT
+from tests.support.services import require
+
+pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.sqlite, pytest.mark.slow]
+
+
+async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path: Path) -> None:
+    redis_url = require("BH_REDIS_URL", "Redis")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = await open_store(store_url)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    leases = RedisLeases(client, prefix=prefix)
+    wakes = RQWakes(redis_url, prefix=prefix)
+    args = ("--plugin", "tests.support.brain_plugins:plugin", "--lease-seconds", "1")
+    first = _brain(store_url, redis_url, prefix, tmp_path / "a.log", args)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await SessionClient(store).submit("s1", "r1", {"task": {"kind": "slow", "input": 3}})
+        await wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _held(leases), within=30)
+        holder_a = await leases.holder("s1")
+        first.send_signal(signal.SIGSTOP)  # mid-phase, holding the lease
+        await assert_eventually(lambda: _free(leases), within=10)  # the lease lapses
+        second = _brain(store_url, redis_url, prefix, tmp_path / "b.log", args)
+        await wakes.wake("s1", reason="reconcile")
+        await assert_eventually(lambda: _claimed_by_other(store, holder_a), within=30)
+        first.send_signal(signal.SIGCONT)  # A wakes up mid-phase with a stale fence
+        await assert_eventually(lambda: _answered(store), within=30)
+        await asyncio.sleep(4)  # A's phase (3 s) ends now: its outcome must be refused
+    finally:
+        for process in (first, second):
+            if process is not None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+                process.wait(timeout=30)
+        await wakes_close(wakes)
+        await client.aclose()
+    records = await _log(store)
+    claims = [r for r in records if r.claim]
+    assert len(claims) == 2 and claims[0].holder == holder_a and claims[1].holder != holder_a
+    taken_at = claims[1].seq
+    late = [r for r in records if r.seq > taken_at and r.writer_fence == claims[0].fence]
+    assert late == [], "a stale holder's commit entered the session"
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
+    assert task is not None and task.outcome is Outcome.SUCCEEDED
+    assert task.result == {"by": claims[1].holder}
+    await store.close()
+
+
+def _brain(
+    store_url: str, redis_url: str, prefix: str, log: Path, args: tuple[str, ...]
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "brain",
+                "worker",
+                "--store",
+                store_url,
+                "--redis",
+                redis_url,
+                "--namespace",
+                prefix,
+                *args,
+            ],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k != "BH_NATS_URL"}
+            | {"PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def wakes_close(wakes: RQWakes) -> None:
+    await asyncio.to_thread(wakes.close)
+
+
+async def _held(leases: RedisLeases) -> bool:
+    return await leases.holder("s1") is not None
+
+
+async def _free(leases: RedisLeases) -> bool:
+    return await leases.holder("s1") is None
+
+
+async def _claimed_by_other(store: SessionStore, holder: str | None) -> bool:
+    handle = await store.session("s1")
+    return handle.holder is not None and handle.holder != holder
+
+
+async def _answered(store: SessionStore) -> bool:
+    handle = await store.session("s1")
+    submission = await handle.submission("r1")
+    return submission is not None and submission.status.is_final
+
+
+async def _log(store: SessionStore) -> list[CommitRecord]:
+    return [
+        decode(data, CommitRecord, where=item)
+        for item, data in await store.backend.items(layout.log_partition("s1"))
+    ]
