@@ -56,7 +56,9 @@ async def _call(ctx: PhaseContext) -> PhaseOutcome:
 
 
 @asynccontextmanager
-async def system(tmp_path: Path, registry: Registry) -> AsyncIterator[System]:
+async def system(
+    tmp_path: Path, registry: Registry, *, reconcile_every: timedelta | None = None
+) -> AsyncIterator[System]:
     url = require("BH_REDIS_URL", "Redis")
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
@@ -81,7 +83,8 @@ async def system(tmp_path: Path, registry: Registry) -> AsyncIterator[System]:
             bus=bus,
             wakes=wakes,
             leases=leases,
-            settings=SchedulerSettings(reconcile_every=None),  # only result events wake
+            # off by default: only result events wake
+            settings=SchedulerSettings(reconcile_every=reconcile_every),
         )
         tasks = [asyncio.create_task(brain.run()), asyncio.create_task(scheduler.run())]
         try:
@@ -142,3 +145,24 @@ async def _answered(store: SessionStore, session_id: str, request_id: str) -> bo
     handle = await store.session(session_id)
     submission = await handle.submission(request_id)
     return submission is not None and submission.status is SubmissionStatus.ANSWERED
+
+
+async def test_losing_redis_mid_run_delays_work_and_loses_none(tmp_path: Path) -> None:
+    """FLUSHALL while sessions wait on the Hands: wakes, leases and fence counters are
+    gone; the reconciler finds the work again from the store, fences are re-seeded above
+    the store's, and every session completes with each operation run once."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    sessions = [f"s{n}" for n in range(4)]
+    async with system(tmp_path, registry, reconcile_every=timedelta(seconds=1)) as s:
+        for session_id in sessions:
+            await s.client.submit(session_id, "r1", {"task": {"kind": "caller", "input": 1.0}})
+            await s.wakes.wake(session_id, reason="submission")
+        await assert_eventually(lambda: _has_runs(s.ledger), within=20)
+        flush = redis.asyncio.Redis.from_url(require("BH_REDIS_URL", "Redis"))
+        await flush.flushall()
+        await flush.aclose()
+        for session_id in sessions:
+            await assert_eventually(lambda sid=session_id: _answered(s.store, sid, "r1"), within=30)
+    ran = runs(s.ledger)
+    assert len(ran) == len(sessions) and len(set(ran)) == len(sessions)
