@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from bh import demo, devstack, images_commands, ops_commands, store_commands, tools_commands
+from bh import (
+    demo,
+    devstack,
+    images_commands,
+    ops_commands,
+    session_commands,
+    store_commands,
+    tools_commands,
+)
 from brain import __main__ as brain_main
 from hands import __main__ as hands_main
 from hands import api_server
 from scheduler import __main__ as scheduler_main
+from session_api import server as session_api_server
 
 app = typer.Typer(
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
@@ -19,6 +28,7 @@ app.add_typer(store_commands.app, name="store")
 app.add_typer(images_commands.app, name="images")
 app.add_typer(ops_commands.app, name="ops")
 app.add_typer(tools_commands.app, name="tools")
+app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
 app.command(name="demo")(demo.demo)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)
 app.command(name="brain", help="Run a Brain worker (also: python -m brain worker).")(
@@ -30,6 +40,11 @@ app.command(name="scheduler", help="Run the scheduler (also: python -m scheduler
 app.command(name="hands-api", help="Serve the Hands HTTP API (token from BH_HANDS_API_TOKEN).")(
     api_server.serve_command
 )
+
+
+app.command(
+    name="session-api", help="Serve the Session HTTP API (token from BH_SESSION_API_TOKEN)."
+)(session_api_server.serve_command)
 
 
 def main() -> None:

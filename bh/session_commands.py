@@ -1,0 +1,449 @@
+"""``bh submit | sessions | show | watch | cancel``: sessions through the Session API.
+
+The API is found by ``--api-url`` / ``BH_SESSION_API_URL`` and authenticated with
+``--token`` / ``BH_SESSION_API_TOKEN`` (prefer the variable: options show in ``ps``).
+Exit status 2 on an error (``code: message`` on stderr). ``watch`` follows the
+session's event stream and reconnects after a dropped connection where it left off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, Final, TypeVar
+
+import typer
+from pydantic import BaseModel, JsonValue
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
+from contracts import BrainhandsError, SubmissionStatus, TaskStatus
+from session_api.views import (
+    DEFAULT_CANCEL_REASON,
+    OperationView,
+    SessionSummary,
+    SessionView,
+    SubmissionView,
+    TaskView,
+)
+
+app = typer.Typer(help="Submit to sessions and watch them (Session API).", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+_T = TypeVar("_T")
+#: A fresh view is read at most this often while watching.
+_REFRESH_EVERY: Final = 0.5
+_CELL: Final = 80
+
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api-url", envvar="BH_SESSION_API_URL", show_envvar=True, help="The Session API's URL."
+    ),
+]
+ApiToken = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="BH_SESSION_API_TOKEN",
+        show_envvar=True,
+        show_default=False,
+        help="The Session API token (prefer the variable).",
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+SessionArg = Annotated[str, typer.Argument(help="The session's id.")]
+Entries = Annotated[int, typer.Option(min=0, max=500, help="How many recent entries to show.")]
+
+
+@app.command()
+def submit(
+    session_id: SessionArg,
+    text: Annotated[str, typer.Argument(help="The input (a message for the session's agent).")],
+    request_id: Annotated[
+        str | None,
+        typer.Option(help="Idempotency key: resubmitting it returns the original [a new uuid]."),
+    ] = None,
+    json_input: Annotated[
+        bool,
+        typer.Option(
+            "--json-input", help='TEXT is JSON input, e.g. {"task": {"kind": "k", "input": {}}}.'
+        ),
+    ] = False,
+    conversation: Annotated[str, typer.Option(help="The conversation.")] = "main",
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Submit input to a session (once per request id) and print the submission."""
+    given = _json_input(text) if json_input else text
+    rid = request_id or uuid.uuid4().hex
+    submitted = run_client(
+        api_url,
+        token,
+        lambda api: api.submit(session_id, given, request_id=rid, conversation_id=conversation),
+    )
+    if as_json:
+        print_json(submitted)
+        return
+    sub = submitted.submission
+    said = "submitted" if submitted.created else "already submitted: the original, no new work"
+    console.print(f"{sub.request_id} {said} to {session_id} ({sub.status.value})", highlight=False)
+
+
+@app.command()
+def sessions(
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """List the sessions that may have work left, newest first."""
+    found = run_client(api_url, token, lambda api: api.sessions(limit=limit))
+    if as_json:
+        print_json(found)
+        return
+    console.print(sessions_table(found.sessions))
+    if found.truncated:
+        errors.print("[yellow]more sessions are active[/]: raise --limit")
+
+
+@app.command()
+def show(
+    session_id: SessionArg,
+    entries: Entries = 10,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Show a session: its task tree, operations, submissions and recent entries."""
+    view = run_client(api_url, token, lambda api: api.session(session_id, entries=entries))
+    if as_json:
+        print_json(view)
+        return
+    console.print(render(view))
+
+
+@app.command()
+def watch(
+    session_id: SessionArg,
+    until_done: Annotated[
+        bool, typer.Option("--until-done", help="Exit once no submission is open.")
+    ] = False,
+    entries: Entries = 10,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+) -> None:
+    """Follow a session live (task tree, operations, last entries) until interrupted."""
+
+    async def body(api: SessionApiClient) -> None:
+        with Live(console=console, auto_refresh=False) as live:
+            await Watcher(api, session_id, entries=entries, until_done=until_done).run(live)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run_client(api_url, token, body)
+
+
+@app.command()
+def cancel(
+    session_id: SessionArg,
+    request_id: Annotated[str | None, typer.Option(help="The submission to cancel.")] = None,
+    task_id: Annotated[str | None, typer.Option(help="Or: one task to cancel.")] = None,
+    reason: Annotated[str, typer.Option(help="Why (recorded).")] = DEFAULT_CANCEL_REASON,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Ask for a submission (or one task) to be cancelled; the session's Brain acts on it."""
+    accepted = run_client(
+        api_url,
+        token,
+        lambda api: api.cancel(session_id, request_id=request_id, task_id=task_id, reason=reason),
+    )
+    if as_json:
+        print_json(accepted)
+        return
+    target = accepted.request_id or accepted.task_id
+    if accepted.recorded:
+        said = "cancellation recorded"
+    elif accepted.status in _FINAL:
+        said = "already final: nothing to cancel"
+    else:
+        said = "cancellation was already recorded"
+    console.print(f"{target}: {said} ({accepted.status})", highlight=False)
+
+
+class Watcher:
+    """Keeps a view of the session current from its event stream and redraws it; reads
+    a fresh view (debounced) when a commit touched operations or the control document."""
+
+    def __init__(
+        self, api: SessionApiClient, session_id: str, *, entries: int, until_done: bool
+    ) -> None:
+        self.api = api
+        self.session_id = session_id
+        self.entries = entries
+        self.until_done = until_done
+        self.view: SessionView | None = None
+        self._stale = False
+        self._refreshed = 0.0
+
+    async def run(self, live: Live) -> None:
+        queue: asyncio.Queue[StreamItem | BaseException] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(queue))
+        try:
+            while not self.done:
+                timeout = None if not self._stale else self._refresh_in()
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    await self._refresh()
+                else:
+                    if isinstance(item, BaseException):
+                        raise item
+                    self._take(item)
+                if self._stale and self._refresh_in() == 0:
+                    await self._refresh()
+                if self.view is not None:
+                    live.update(render(self.view), refresh=True)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    @property
+    def done(self) -> bool:
+        view = self.view
+        if not self.until_done or view is None or view.seq == 0:
+            return False
+        open_ = any(not sub.status.is_final for sub in view.submissions)
+        return not open_ and (bool(view.submissions) or not view.active)
+
+    async def _read(self, queue: asyncio.Queue[StreamItem | BaseException]) -> None:
+        try:
+            stream = self.api.follow(self.session_id, entries=self.entries)
+            async with contextlib.aclosing(stream) as items:
+                async for item in items:
+                    queue.put_nowait(item)
+        except BrainhandsError as error:
+            queue.put_nowait(error)
+
+    def _take(self, item: StreamItem) -> None:
+        if isinstance(item, SessionView):
+            self.view = item
+        elif self.view is not None:
+            self.view = merge(self.view, item, keep_entries=self.entries)
+            self._stale = self._stale or needs_refresh(item)
+
+    def _refresh_in(self) -> float:
+        return max(0.0, self._refreshed + _REFRESH_EVERY - time.monotonic())
+
+    async def _refresh(self) -> None:
+        self._stale, self._refreshed = False, time.monotonic()
+        fresh = await self.api.session(self.session_id, entries=self.entries)
+        if self.view is None or fresh.seq >= self.view.seq:
+            self.view = fresh
+
+
+# -- rendering ------------------------------------------------------------------------
+
+
+def render(view: SessionView) -> RenderableType:
+    parts: list[RenderableType] = [_head(view), task_tree(view)]
+    if view.blocked:
+        blocked = Text("blocked: ", style="bold red")
+        for item in view.blocked:
+            blocked.append(f"{item.task_id} ({item.reason})  ")
+        parts.append(blocked)
+    if view.operations:
+        parts.append(operations_table(view.operations, view.operations_total))
+    parts.append(submissions_table(view.submissions))
+    if view.entries:
+        parts.append(entries_table(view))
+    return Group(*parts)
+
+
+def task_tree(view: SessionView) -> Tree:
+    tree = Tree(Text(f"tasks of {view.session_id}", style="bold"))
+    known = {task.id for task in view.tasks}
+    children: dict[str | None, list[TaskView]] = {}
+    for task in view.tasks:
+        parent = task.parent_id if task.parent_id in known else None
+        children.setdefault(parent, []).append(task)
+
+    def add(node: Tree, parent: str | None) -> None:
+        for task in children.get(parent, []):
+            add(node.add(task_label(task)), task.id)
+
+    add(tree, None)
+    if not view.tasks:
+        tree.add(Text("(no open or recent tasks)", style="dim"))
+    return tree
+
+
+def task_label(task: TaskView) -> Text:
+    label = Text.assemble((task.id, "bold"), f" {task.kind}@{task.version} ")
+    label.append(_status(task), style=_STYLE.get(task.outcome or task.status, ""))
+    label.append(f" phase {task.phase}")
+    if task.attempts > 1 or task.crashes:
+        label.append(f" · attempt {task.attempts}, {task.crashes} crash(es)")
+    if task.wait is not None:
+        waits = [*task.wait.tasks, *task.wait.operations]
+        label.append(f" · waits ({task.wait.join.value}) on {', '.join(waits)}")
+    if task.sleep_until is not None:
+        label.append(f" · sleeps until {task.sleep_until:%Y-%m-%d %H:%M:%S}")
+    if task.parked is not None:
+        label.append(f" · parked: {task.parked.reason}", style="yellow")
+    if task.blocked:
+        label.append(f" · blocked: {task.blocked}", style="red")
+    if task.cancel_requested and task.status is not TaskStatus.TERMINAL:
+        label.append(" · cancel requested", style="yellow")
+    if task.error is not None:
+        label.append(f" · {task.error.code}: {_short(task.error.message)}", style="red")
+    elif task.outcome is not None and task.result is not None:
+        label.append(f" → {_short(task.result)}")
+    return label
+
+
+def operations_table(operations: list[OperationView], total: int) -> Table:
+    shown = "" if total == len(operations) else f" ({len(operations)} of {total})"
+    table = Table(title=f"operations{shown}", title_justify="left")
+    for column in ("operation", "task", "tool", "status", "attempts", "result", "applied"):
+        table.add_column(column, overflow="fold")
+    for op in operations:
+        tool = op.tool if op.tool_version is None else f"{op.tool}@{op.tool_version}"
+        result = ""
+        if op.result is not None:
+            result = "succeeded" if op.result.succeeded else "failed"
+            if op.result.termination:
+                result += f" ({op.result.termination})"
+        elif op.reason:
+            result = op.reason
+        table.add_row(
+            op.operation_id,
+            op.task_id or "",
+            tool,
+            op.status.value,
+            str(op.attempts),
+            result,
+            "yes" if op.applied else "",
+        )
+    return table
+
+
+def submissions_table(submissions: list[SubmissionView]) -> Table:
+    table = Table(title="submissions", title_justify="left")
+    for column in ("request", "status", "task", "answer"):
+        table.add_column(column, overflow="fold")
+    for sub in submissions:
+        answer = f"{sub.error.code}: {sub.error.message}" if sub.error else _short(sub.answer)
+        table.add_row(sub.request_id, sub.status.value, sub.task_id or "", answer)
+    return table
+
+
+def entries_table(view: SessionView) -> Table:
+    table = Table(title=f"last entries (of {view.entry_count})", title_justify="left")
+    for column in ("#", "kind", "task", "text"):
+        table.add_column(column, overflow="fold")
+    for entry in view.entries:
+        index = "" if entry.index is None else str(entry.index)
+        table.add_row(index, entry.kind.value, entry.task_id or "", entry.text)
+    return table
+
+
+def sessions_table(found: list[SessionSummary]) -> Table:
+    table = Table(title="sessions")
+    for column in ("session", "seq", "holder", "open tasks", "open submissions", "blocked"):
+        table.add_column(column, overflow="fold")
+    table.add_column("updated")
+    for s in found:
+        updated = f"{s.updated_at:%Y-%m-%d %H:%M:%S}" if s.updated_at else (s.problem or "")
+        table.add_row(
+            s.session_id,
+            str(s.seq),
+            s.holder or "",
+            str(s.open_tasks),
+            str(s.open_submissions),
+            str(s.blocked) if s.blocked else "",
+            updated,
+        )
+    return table
+
+
+_FINAL: Final = frozenset(
+    {*(s.value for s in SubmissionStatus if s.is_final), "succeeded", "failed", "cancelled"}
+)
+_STYLE: Final = {
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "waiting": "blue",
+    "sleeping": "blue",
+}
+
+
+def _head(view: SessionView) -> Text:
+    holder = f" (holder {view.holder})" if view.holder else ""
+    state = "active" if view.active else "finished"
+    return Text.assemble(
+        ("session ", "bold"),
+        (view.session_id, "bold"),
+        f" · seq {view.seq} · fence {view.fence}{holder} · ",
+        (state, "green" if view.active else "dim"),
+    )
+
+
+def _status(task: TaskView) -> str:
+    if task.outcome is not None:
+        return task.outcome.value if task.status is TaskStatus.TERMINAL else "completing"
+    return task.status.value
+
+
+def _short(value: object) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
+def _json_input(text: str) -> JsonValue:
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError as error:
+        raise typer.BadParameter(f"TEXT is not JSON: {error}") from None
+    return value
+
+
+def print_json(model: BaseModel) -> None:
+    console.print_json(model.model_dump_json())
+
+
+def run_client(
+    api_url: str | None, token: str | None, call: Callable[[SessionApiClient], Awaitable[_T]]
+) -> _T:
+    """Run one call against the API; errors become ``code: message`` and exit 2."""
+
+    async def body() -> _T:
+        async with SessionApiClient(api_url or "", token or "") as api:
+            return await call(api)
+
+    return run(body())
+
+
+def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    try:
+        return asyncio.run(coroutine)
+    except BrainhandsError as error:
+        errors.print(f"[red]{error.code}[/]: {error.message}", highlight=False)
+        raise typer.Exit(2) from None

@@ -1,0 +1,111 @@
+"""The Session API as one ASGI app, built from what it serves (no globals).
+
+``create_app(store=..., wakes=..., token=...)``; serve it with uvicorn
+(``session_api.server.serve_api``). Every route but ``/healthz`` needs
+``Authorization: Bearer <token>``; the OpenAPI document is at ``/openapi.json``.
+``stop_streams(app)`` ends the open event streams (a server calls it when it stops).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Final
+
+from fastapi import APIRouter, FastAPI, Security
+from fastapi.security import HTTPBearer
+from pydantic import SecretStr
+
+from contracts import InvalidInput
+from coordination import WakeQueue
+from session_api import errors
+from session_api.auth import BearerAuth
+from session_api.context import ApiContext
+from session_api.sessions import sessions_router
+from session_api.stream import StreamSettings
+from session_api.views import ErrorBody, Health
+from session_store import SessionStore
+
+log = logging.getLogger(__name__)
+
+#: ``GET /v1/sessions`` lists at most this many sessions.
+LIST_LIMIT: Final = 200
+
+#: Documents the bearer scheme in the OpenAPI document; ``BearerAuth`` enforces it.
+_BEARER = HTTPBearer(auto_error=False, description="The Session API token.")
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    422: {"model": ErrorBody, "description": "A field is missing or invalid"},
+}
+
+
+def create_app(
+    *,
+    store: SessionStore,
+    wakes: WakeQueue | None,
+    token: SecretStr,
+    streams: StreamSettings | None = None,
+    wake_timeout: timedelta = timedelta(seconds=5),
+    list_limit: int = LIST_LIMIT,
+) -> FastAPI:
+    """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
+    accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
+    finds the work later)."""
+    if not token.get_secret_value().strip():
+        raise InvalidInput("the Session API needs a non-empty token")
+    if store.read_only:
+        raise InvalidInput("the Session API commits submissions: open the store writable")
+    if wakes is None:
+        log.warning(
+            "no wake queue: this API wakes no Brain; accepted input waits until a "
+            "scheduler's reconciler finds it in the store"
+        )
+    context = ApiContext(
+        store=store,
+        wakes=wakes,
+        streams=streams or StreamSettings(),
+        wake_timeout=wake_timeout,
+        list_limit=list_limit,
+    )
+    app = FastAPI(
+        title="brainhands Session API",
+        version=_version(),
+        description="Submit input to sessions (idempotent by request id), cancel it, "
+        "and look at or follow a session's tasks, operations and entries.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.context = context
+    app.add_middleware(BearerAuth, token=token)
+    errors.install(app)
+    app.include_router(_health_router())
+    app.include_router(
+        sessions_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED
+    )
+    return app
+
+
+def stop_streams(app: FastAPI) -> None:
+    """End every open event stream now (clients reconnect with ``Last-Event-ID``)."""
+    context: ApiContext = app.state.context
+    context.stopping.set()
+
+
+def _health_router() -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get("/healthz")
+    async def healthz() -> Health:
+        """Liveness, without authentication; says nothing else."""
+        return Health()
+
+    return router
+
+
+def _version() -> str:
+    try:
+        return version("brainhands")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,57 @@
+"""Bearer-token authentication of every route but ``/healthz``, before any routing.
+
+It runs ahead of the router, so nothing — not an unknown route, not a body that fails
+to parse, not an event stream — answers an unauthenticated caller with more than 401.
+Tokens are compared in constant time and never logged or echoed. (A copy of the Hands
+API's ``hands.api.auth``, kept here so this service does not import the Hands.)
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from contracts import ErrorInfo
+from session_api.errors import UNAUTHORIZED, error_response
+
+#: Routes open without a token (they reveal nothing).
+OPEN_PATHS = frozenset({"/healthz"})
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="brainhands-sessions"'}
+
+
+class BearerAuth:
+    """ASGI middleware: ``Authorization: Bearer <token>`` or 401."""
+
+    def __init__(
+        self, app: ASGIApp, *, token: SecretStr, open_paths: Iterable[str] = OPEN_PATHS
+    ) -> None:
+        self.app = app
+        self._expected = token.get_secret_value().encode()
+        self._open = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self._open:
+            await self.app(scope, receive, send)
+            return
+        problem = self._problem(scope)
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        response = error_response(401, ErrorInfo(code=UNAUTHORIZED, message=problem), _CHALLENGE)
+        await response(scope, receive, send)
+
+    def _problem(self, scope: Scope) -> str | None:
+        """Why the request is not authenticated; None when it is."""
+        values = [v for k, v in scope["headers"] if k == b"authorization"]
+        if not values:
+            return "this route needs an Authorization: Bearer <token> header"
+        scheme, _, given = values[0].partition(b" ")
+        if len(values) > 1 or scheme.lower() != b"bearer" or not given.strip():
+            return "the Authorization header must be exactly one 'Bearer <token>'"
+        if not hmac.compare_digest(given.strip(), self._expected):
+            return "the bearer token is not valid"
+        return None

@@ -1,0 +1,185 @@
+"""Serving the Session API: its settings, and ``serve_api`` (uvicorn until SIGINT/SIGTERM).
+
+It refuses to start without a token (``BH_SESSION_API_TOKEN``, at least
+``MIN_TOKEN_LENGTH`` characters), read from the environment only, never from a command
+line (where ``ps`` would show it). Wakes come from a factory the caller passes (the
+scheduler's RQ queue); without one, accepted input waits for a scheduler to find it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Annotated, Any, Final
+
+import typer
+from pydantic import Field, SecretStr, ValidationError, field_validator
+
+from contracts import BrainhandsError, InvalidInput
+from contracts.model import Frozen
+from coordination import WakeQueue
+from session_store import open_store
+
+log = logging.getLogger(__name__)
+
+MIN_TOKEN_LENGTH: Final = 16
+DEFAULT_PORT: Final = 8460
+
+#: Opens the wake queue for a server's settings, and closes it when the server stops.
+WakesFactory = Callable[["SessionApiSettings"], AbstractAsyncContextManager[WakeQueue]]
+
+
+class SessionApiSettings(Frozen):
+    store_url: str = Field(min_length=1)
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    token: SecretStr
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr) -> SecretStr:
+        if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
+        return token
+
+    @classmethod
+    def from_env(
+        cls, *, host: str | None = None, port: int | None = None, store_url: str | None = None
+    ) -> SessionApiSettings:
+        """Settings from ``BH_SESSION_API_*`` and ``BH_STORE_URL``; arguments win."""
+        env = os.environ
+        token = env.get("BH_SESSION_API_TOKEN", "")
+        if len(token.strip()) < MIN_TOKEN_LENGTH:
+            raise InvalidInput(
+                "the Session API will not start without a token: set BH_SESSION_API_TOKEN to "
+                f"a secret of at least {MIN_TOKEN_LENGTH} characters "
+                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
+        url = store_url or env.get("BH_STORE_URL", "")
+        if not url:
+            raise InvalidInput("the Session API needs a store: set BH_STORE_URL or --store")
+        values: dict[str, object] = {
+            "store_url": url,
+            "token": token,
+            "host": host or env.get("BH_SESSION_API_HOST") or "127.0.0.1",
+            "port": port if port is not None else env.get("BH_SESSION_API_PORT") or DEFAULT_PORT,
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise InvalidInput(f"API setting {field} is invalid: {first['msg']}") from None
+
+
+async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None = None) -> None:
+    """Open the store (and the wake queue), serve until SIGINT/SIGTERM, close them."""
+    async with AsyncExitStack() as resources:
+        store = await open_store(settings.store_url)
+        resources.push_async_callback(store.close)
+        queue: WakeQueue | None = None
+        if wakes is not None:
+            queue = await resources.enter_async_context(wakes(settings))
+        # The web stack is imported only to serve (``bh`` stays quick to start).
+        from session_api.app import create_app, stop_streams
+
+        app = create_app(store=store, wakes=queue, token=settings.token)
+        server = _server(app, settings)
+        with _stop_on_signals(server, lambda: stop_streams(app)):
+            await server.serve()
+
+
+def serve_command(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [BH_SESSION_API_HOST; 127.0.0.1]")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help=f"Port [BH_SESSION_API_PORT; {DEFAULT_PORT}]")
+    ] = None,
+    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option("--redis", envvar="BH_REDIS_URL", help="Redis: wake jobs (RQ)")
+    ] = None,
+    namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="Redis prefix")] = "bh",
+) -> None:
+    """Serve the Session HTTP API; the token comes from BH_SESSION_API_TOKEN only."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings = SessionApiSettings.from_env(host=host, port=port, store_url=store)
+        wakes = None if not redis_url else rq_wakes(redis_url, namespace)
+        asyncio.run(serve_api(settings, wakes=wakes))
+    except BrainhandsError as error:
+        typer.echo(f"{error.code}: {error.message}", err=True)
+        raise typer.Exit(2) from None
+
+
+def rq_wakes(redis_url: str, prefix: str) -> WakesFactory:
+    """Wake jobs on RQ (``coordination.wakes``) for every accepted submission or cancel."""
+
+    @contextlib.asynccontextmanager
+    async def open_wakes(_: SessionApiSettings) -> AsyncIterator[WakeQueue]:
+        from coordination.wakes import RQWakes
+
+        wakes = RQWakes(redis_url, prefix=prefix)
+        try:
+            yield wakes
+        finally:
+            wakes.close()
+
+    return open_wakes
+
+
+def main() -> None:
+    typer.run(serve_command)
+
+
+def _server(app: Any, settings: SessionApiSettings) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn, leaving signals to ``serve_api``: uvicorn's own handling re-raises
+        SIGTERM once it stopped, which would end the process before the store is closed."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="off",
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )
+    return Server(config)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(server: Any, stopping: Callable[[], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM: end the event streams and stop gracefully; a second one: stop now."""
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if server.should_exit:
+            server.force_exit = True
+        stopping()
+        server.should_exit = True
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop)
+    try:
+        yield
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""``/v1/sessions``: submit, cancel, look at a session, list them, follow one's events.
+
+Writes go through ``session_store.submissions.SessionClient`` (the ingress rules: a
+request id is accepted once, bad input is refused naming the field, a cancel is a
+request in the control document). A Brain is woken only after the store confirmed the
+write (persist, then adopt); a wake that fails is logged, and the scheduler's
+reconciler finds the work from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import TypeAdapter, ValidationError
+
+from contracts import BrainhandsError, Identifier, InvalidInput, NotFound, Submission
+from session_api.context import ApiContext
+from session_api.describe import control_body, session_summary, session_view, submission_view
+from session_api.stream import SessionStream
+from session_api.views import (
+    CancelAccepted,
+    CancelRequest,
+    ErrorBody,
+    SessionList,
+    SessionSummary,
+    SessionView,
+    SubmissionView,
+    SubmitRequest,
+)
+from session_store import SessionStore
+from session_store.intake import check_ids, read_input
+
+DEFAULT_ENTRIES: Final = 20
+MAX_ENTRIES: Final = 500
+#: Sessions loaded at once when listing.
+_LOADS: Final = 8
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_NEVER: Final = datetime.min.replace(tzinfo=UTC)
+
+SessionId = Annotated[Identifier, Path(description="The session's id.")]
+EntriesParam = Annotated[
+    int, Query(ge=0, le=MAX_ENTRIES, description="How many of the last entries to include.")
+]
+
+LimitParam = Annotated[
+    int | None, Query(ge=1, description="At most this many sessions (default: the bound, 200).")
+]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such session, submission or task"},
+    503: {"model": ErrorBody, "description": "The store is not reachable: retry"},
+}
+_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "description": "Server-Sent Events: `view`, then `commit` per commit (ids are "
+        "seqs), `: keepalive` comments, `error` before an abnormal end",
+    },
+    **_ERRORS,
+}
+
+
+def sessions_router(context: ApiContext) -> APIRouter:
+    router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+    @router.post(
+        "/{session_id}/submissions",
+        status_code=201,
+        responses={
+            200: {"model": SubmissionView, "description": "Already submitted: the original"},
+            **_ERRORS,
+        },
+    )
+    async def submit(
+        session_id: SessionId, body: SubmitRequest, response: Response
+    ) -> SubmissionView:
+        """Accept input once per ``request_id``: 201 with the new submission, or 200 with
+        the original (and no new work) when the request id was submitted before."""
+        submission, created = await _submit(context, session_id, body)
+        if not created:
+            response.status_code = 200
+        return submission_view(submission)
+
+    @router.get("")
+    async def list_sessions(limit: LimitParam = None) -> SessionList:
+        """Sessions of the active index (they may have work left), newest first."""
+        bound = context.list_limit
+        if limit is not None and limit > bound:
+            raise InvalidInput(f"limit {limit} is above this API's bound {bound}", field="limit")
+        return await _list(context.store, limit or bound)
+
+    @router.get("/{session_id}", responses=_ERRORS)
+    async def get_session(
+        session_id: SessionId, entries: EntriesParam = DEFAULT_ENTRIES
+    ) -> SessionView:
+        """The session as of its latest commit: submissions, tasks, operations, recent
+        entries, blocked tasks; 404 for a session without commits."""
+        handle = await context.store.session(session_id)
+        if handle.seq == 0:
+            raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
+        return await session_view(context.store, handle, entries=entries)
+
+    @router.post(
+        "/{session_id}/cancel",
+        status_code=202,
+        responses={
+            200: {"model": CancelAccepted, "description": "Already final: nothing to cancel"},
+            **_ERRORS,
+        },
+    )
+    async def cancel(
+        session_id: SessionId, body: CancelRequest, response: Response
+    ) -> CancelAccepted:
+        """Request the cancellation of a submission or a task: 202 while the lease holder
+        is to act on it, 200 when it is already final (nothing recorded)."""
+        accepted, final = await _cancel(context, session_id, body)
+        if final:
+            response.status_code = 200
+        return accepted
+
+    @router.get("/{session_id}/events", response_class=StreamingResponse, responses=_STREAM)
+    async def events(
+        session_id: SessionId,
+        request: Request,
+        entries: EntriesParam = DEFAULT_ENTRIES,
+        last_event_id: Annotated[
+            int | None,
+            Header(ge=0, description="Resume after this seq (the last event id received)."),
+        ] = None,
+    ) -> StreamingResponse:
+        """Follow the session: a ``view`` event, then a ``commit`` event per commit.
+        With ``Last-Event-ID``, only the commits after it (see docs/session-api.md)."""
+        stream = SessionStream(
+            context.store,
+            session_id,
+            settings=context.streams,
+            entries=entries,
+            gone=request.is_disconnected,
+            stopping=context.stopping,
+        )
+        await stream.open(last_event_id)
+        return StreamingResponse(
+            stream.events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return router
+
+
+async def _submit(
+    context: ApiContext, session_id: str, body: SubmitRequest
+) -> tuple[Submission, bool]:
+    """The submission, and whether this request created it."""
+    check_ids(body.request_id, body.conversation_id)
+    read_input(body.input)
+    client = context.client
+    existing = await client.get(session_id, body.request_id)
+    submission = await client.submit(
+        session_id, body.request_id, body.input, conversation_id=body.conversation_id
+    )
+    # A concurrent request with the same id may have won the race since the check.
+    created = existing is None and (submission.input, submission.conversation_id) == (
+        body.input,
+        body.conversation_id,
+    )
+    if created or not submission.status.is_final:
+        # A repeat wakes too: the client may be retrying after a crash that lost the wake.
+        await context.wake(session_id, "submission")
+    return submission, created
+
+
+async def _cancel(
+    context: ApiContext, session_id: str, body: CancelRequest
+) -> tuple[CancelAccepted, bool]:
+    """What the cancel did, and whether its target was already final."""
+    member, key = _cancel_target(body)
+    handle = await context.store.session(session_id)
+    if body.request_id is not None:
+        submission = await handle.submission(key)
+        if submission is None:
+            raise NotFound(f"session {session_id!r} has no submission {key!r}", request_id=key)
+        status, final = submission.status.value, submission.status.is_final
+    else:
+        task = await handle.task(key)
+        if task is None:
+            raise NotFound(f"session {session_id!r} has no task {key!r}", task_id=key)
+        status = task.outcome.value if task.outcome else task.status.value
+        final = task.is_terminal
+    requested = control_body(handle.state).get(member)
+    already = isinstance(requested, dict) and key in requested
+    if not final and not already:
+        await context.client.cancel(
+            session_id, request_id=body.request_id, task_id=body.task_id, reason=body.reason
+        )
+    if not final:
+        await context.wake(session_id, "cancel")
+    accepted = CancelAccepted(
+        session_id=session_id,
+        request_id=body.request_id,
+        task_id=body.task_id,
+        reason=body.reason,
+        recorded=not final and not already,
+        status=status,
+    )
+    return accepted, final
+
+
+def _cancel_target(body: CancelRequest) -> tuple[str, str]:
+    """The control-document member and key a cancel request writes; ``InvalidInput``
+    naming the field when the target is missing, doubled or not an id."""
+    if body.request_id is None and body.task_id is None:
+        raise InvalidInput("a cancel needs request_id or task_id", field="request_id")
+    if body.request_id is not None and body.task_id is not None:
+        raise InvalidInput("a cancel takes request_id or task_id, not both", field="task_id")
+    if body.request_id is not None:
+        check_ids(body.request_id, "main")
+        return "cancel_requests", body.request_id
+    assert body.task_id is not None
+    try:
+        _IDENTIFIER.validate_python(body.task_id)
+    except ValidationError:
+        raise InvalidInput(
+            f"task_id {body.task_id[:60]!r} is not allowed: use 1-200 of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit",
+            field="task_id",
+        ) from None
+    return "cancel_tasks", body.task_id
+
+
+async def _list(store: SessionStore, limit: int) -> SessionList:
+    session_ids, complete = await _active_sessions(store, limit)
+    loads = asyncio.Semaphore(_LOADS)
+
+    async def summary(session_id: str) -> SessionSummary:
+        async with loads:
+            try:
+                handle = await store.session(session_id)
+            except BrainhandsError as error:  # one bad session must not hide the others
+                return SessionSummary(
+                    session_id=session_id,
+                    seq=0,
+                    active=True,
+                    open_tasks=0,
+                    open_submissions=0,
+                    blocked=0,
+                    problem=f"{error.code}: {error.message}",
+                )
+        return session_summary(handle.state)
+
+    found = await asyncio.gather(*(summary(session_id) for session_id in session_ids))
+    ordered = sorted(found, key=lambda s: s.updated_at or _NEVER, reverse=True)
+    return SessionList(sessions=ordered, truncated=not complete)
+
+
+async def _active_sessions(store: SessionStore, bound: int) -> tuple[list[str], bool]:
+    """Up to ``bound`` active sessions, and whether that was all of them."""
+    sessions: list[str] = []
+    iterator = store.active_sessions()
+    try:
+        async for session_id in iterator:
+            if len(sessions) == bound:
+                return sessions, False
+            sessions.append(session_id)
+    finally:
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()
+    return sessions, True

@@ -1,0 +1,175 @@
+"""A session's event stream (Server-Sent Events): its view, then one event per commit.
+
+The stream reads the session's log directly — only the records after the last seq it
+sent, polling more slowly while nothing happens — so following a session costs one
+small range read per poll, whatever the session's size::
+
+    retry: 1000
+
+    event: view                   (unless resuming)
+    id: 41
+    data: {"session_id": "s1", "seq": 41, ...}          SessionView
+
+    event: commit
+    id: 42
+    data: {"session_id": "s1", "seq": 42, "tasks": [...], ...}   CommitEvent
+
+    : keepalive                   (after ``heartbeat`` without events)
+
+    event: error                  (the store failed; the stream ends: reconnect)
+    data: {"code": "store_unavailable", "message": "...", "details": {}}
+
+A client that reconnects with ``Last-Event-ID: n`` gets the commits after seq ``n``,
+and no view. When ``n`` is unknown to the log (above its head) or more than
+``catch_up`` commits behind, it gets a fresh ``view`` instead, and commits after it.
+The stream ends after ``max_duration``, when the client goes away, or when the server
+stops; clients reconnect with the last id they saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+
+from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo
+from contracts.model import Frozen
+from session_api.describe import commit_event, session_view
+from session_api.errors import error_info
+from session_api.views import COMMIT_EVENT, ERROR_EVENT, VIEW_EVENT
+from session_store import SessionStore, layout
+from session_store.codec import decode
+
+log = logging.getLogger(__name__)
+
+
+class StreamSettings(Frozen):
+    """How event streams poll and how long they last."""
+
+    #: delay before the first poll after news; it doubles while nothing happens ...
+    poll: timedelta = timedelta(milliseconds=200)
+    #: ... up to this
+    idle_poll: timedelta = timedelta(seconds=2)
+    #: a comment line after this long without events keeps proxies from closing
+    heartbeat: timedelta = timedelta(seconds=15)
+    #: a stream ends after this long; the client reconnects with ``Last-Event-ID``
+    max_duration: timedelta = timedelta(minutes=10)
+    #: a client more commits behind than this gets a fresh view instead
+    catch_up: int = Field(default=1000, ge=1)
+    #: log records read per poll
+    page: int = Field(default=100, ge=1)
+    #: what clients are told to wait before reconnecting (the ``retry`` field)
+    retry: timedelta = timedelta(seconds=1)
+
+
+class CommitFeed:
+    """The commits of one session after a seq, read straight from its log."""
+
+    def __init__(self, store: SessionStore, session_id: str) -> None:
+        self._store = store
+        self._partition = layout.log_partition(session_id)
+
+    async def after(self, seq: int, *, limit: int) -> list[CommitRecord]:
+        items = await self._store.backend.items(
+            self._partition, after=layout.seq_item(seq), limit=limit
+        )
+        records = []
+        for number, (item, data) in enumerate(items, start=seq + 1):
+            where = f"{self._partition}/{item}"
+            record = decode(data, CommitRecord, where=where)
+            if record.seq != number or layout.seq_item(record.seq) != item:
+                raise CorruptRecord(
+                    f"record at {where} claims seq {record.seq}; expected {number}", where=where
+                )
+            records.append(record)
+        return records
+
+
+class SessionStream:
+    """One client's stream of one session: ``open`` (before answering, so its errors
+    are ordinary error answers), then iterate ``events()``."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        session_id: str,
+        *,
+        settings: StreamSettings,
+        entries: int,
+        gone: Callable[[], Awaitable[bool]],
+        stopping: asyncio.Event,
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._settings = settings
+        self._entries = entries
+        self._gone = gone
+        self._stopping = stopping
+        self._feed = CommitFeed(store, session_id)
+        self._opening: list[bytes] = []
+        self._seq = 0
+
+    async def open(self, last_event_id: int | None) -> None:
+        """Resume after ``last_event_id`` when the log can; else start with a view."""
+        handle = await self._store.session(self._session_id)
+        if last_event_id is not None and last_event_id <= handle.seq:
+            limit = self._settings.catch_up
+            missed = await self._feed.after(last_event_id, limit=limit + 1)
+            if len(missed) <= limit:
+                self._seq = last_event_id
+                self._opening = [self._commit(record) for record in missed]
+                return
+        view = await session_view(self._store, handle, entries=self._entries)
+        self._seq = view.seq
+        self._opening = [event(VIEW_EVENT, view, view.seq)]
+
+    async def events(self) -> AsyncIterator[bytes]:
+        settings = self._settings
+        yield f"retry: {int(settings.retry.total_seconds() * 1000)}\n\n".encode()
+        for chunk in self._opening:
+            yield chunk
+        self._opening = []
+        deadline = time.monotonic() + settings.max_duration.total_seconds()
+        quiet_since = time.monotonic()
+        delay = settings.poll.total_seconds()
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            if await self._gone():
+                return
+            try:
+                records = await self._feed.after(self._seq, limit=settings.page)
+            except BrainhandsError as error:
+                log.warning("events of session %s: %s", self._session_id, error.message)
+                yield event(ERROR_EVENT, error_info(error))
+                return
+            for record in records:
+                yield self._commit(record)
+            if records:
+                quiet_since, delay = time.monotonic(), settings.poll.total_seconds()
+                continue
+            if time.monotonic() - quiet_since >= settings.heartbeat.total_seconds():
+                yield b": keepalive\n\n"
+                quiet_since = time.monotonic()
+            await self._pause(delay)
+            delay = min(delay * 2, settings.idle_poll.total_seconds())
+        yield b": stream ends; reconnect with Last-Event-ID\n\n"
+
+    def _commit(self, record: CommitRecord) -> bytes:
+        self._seq = record.seq
+        return event(COMMIT_EVENT, commit_event(record), record.seq)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def event(name: str, data: BaseModel | ErrorInfo, id: int | None = None) -> bytes:
+    """One event in the SSE wire format; the JSON data is one line."""
+    lines = [f"event: {name}", f"data: {data.model_dump_json()}"]
+    if id is not None:
+        lines.append(f"id: {id}")
+    return ("\n".join(lines) + "\n\n").encode()

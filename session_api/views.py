@@ -1,0 +1,280 @@
+"""The Session API's wire models: what its routes accept and answer (pure data).
+
+Shared by the server (``session_api``) and its client (``bh.session_client``). Requests
+forbid unknown fields, so a misspelt field is an error that names it, never ignored.
+The same task, submission and entry views appear in a session's view and in the
+``commit`` events of its stream, so a client keeps a view current by merging them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Literal
+
+from pydantic import Field, JsonValue
+
+from contracts import (
+    EntryKind,
+    ErrorInfo,
+    JoinPolicy,
+    OperationStatus,
+    Outcome,
+    Parked,
+    ReplayPolicy,
+    SubmissionStatus,
+    TaskStatus,
+)
+from contracts.model import Frozen
+
+#: The reason recorded when a cancel request gives none.
+DEFAULT_CANCEL_REASON: Final = "cancelled via the Session API"
+#: Names of the events of ``GET /v1/sessions/{id}/events``.
+VIEW_EVENT: Final = "view"
+COMMIT_EVENT: Final = "commit"
+ERROR_EVENT: Final = "error"
+
+
+class ErrorBody(Frozen):
+    """Every error answer: ``{"error": {"code", "message", "details"}}``."""
+
+    error: ErrorInfo
+
+
+class Health(Frozen):
+    status: Literal["ok"] = "ok"
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+class SubmitRequest(Frozen):
+    """Input for a session, accepted once per ``request_id`` (the idempotency key).
+
+    ``input`` is a string or ``{"text": "..."}`` for the session's agent, or
+    ``{"task": {"kind", "version", "input"}}`` to run a task directly. The ids are
+    checked by the store's intake rules (1-128 of ``A-Z a-z 0-9 . _ : @ -``, starting
+    with a letter or digit), which name the field that is wrong.
+    """
+
+    request_id: str = Field(max_length=1000)
+    input: JsonValue
+    conversation_id: str = Field(default="main", max_length=1000)
+
+
+class CancelRequest(Frozen):
+    """Cancel a submission (``request_id``) or one task (``task_id``): exactly one."""
+
+    request_id: str | None = Field(default=None, max_length=1000)
+    task_id: str | None = Field(default=None, max_length=1000)
+    reason: str = Field(default=DEFAULT_CANCEL_REASON, min_length=1, max_length=1000)
+
+
+# -- records --------------------------------------------------------------------------
+
+
+class SubmissionView(Frozen):
+    request_id: str
+    conversation_id: str
+    status: SubmissionStatus
+    task_id: str | None = None
+    input: JsonValue = None
+    answer: JsonValue = None
+    error: ErrorInfo | None = None
+    rev: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class WaitView(Frozen):
+    """What a waiting task waits on, how the waits combine, and the phase it enters next."""
+
+    tasks: list[str] = Field(default_factory=list)
+    operations: list[str] = Field(default_factory=list)
+    join: JoinPolicy
+    next_phase: str
+
+
+class TaskView(Frozen):
+    """A task as its state machine stands: ``blocked`` says why no Brain can run it."""
+
+    id: str
+    kind: str
+    version: int
+    parent_id: str | None = None
+    owner_id: str | None = None
+    status: TaskStatus
+    phase: str
+    rev: int
+    attempts: int
+    crashes: int
+    wait: WaitView | None = None
+    sleep_until: datetime | None = None
+    next_phase: str | None = None
+    parked: Parked | None = None
+    blocked: str | None = None
+    cancel_requested: bool = False
+    outcome: Outcome | None = None
+    result: JsonValue = None
+    error: ErrorInfo | None = None
+    reason: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ResultSummary(Frozen):
+    """How an operation ended; the full result is on the Hands API."""
+
+    succeeded: bool
+    termination: str | None = None
+    exit_code: int | None = None
+    error: ErrorInfo | None = None
+    finished_at: datetime
+
+
+class OperationView(Frozen):
+    """An operation of the session, as its executor recorded it; ``applied`` says its
+    result entered the session."""
+
+    operation_id: str
+    task_id: str | None = None
+    tool: str
+    tool_version: int | None = None
+    replay: ReplayPolicy
+    status: OperationStatus
+    attempts: int
+    executor: str | None = None
+    deadline: datetime | None = None
+    reason: str | None = None
+    decided_by: str | None = None
+    decision: str | None = None
+    applied: bool = False
+    result: ResultSummary | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class EntryView(Frozen):
+    """An entry with its content shortened to one line (``text``); ``index`` is its
+    position in the session's history (unknown in commit events)."""
+
+    index: int | None = None
+    id: str
+    kind: EntryKind
+    conversation_id: str
+    task_id: str | None = None
+    operation_id: str | None = None
+    text: str
+    created_at: datetime
+
+
+class BlockedTask(Frozen):
+    """A task whose kind/version no running Brain has a handler (or migration) for."""
+
+    task_id: str
+    kind: str | None = None
+    version: int | None = None
+    reason: str
+
+
+class OutboxView(Frozen):
+    id: str
+    topic: str
+
+
+class Archived(Frozen):
+    """How much settled history left the state for the archive (not listed here)."""
+
+    entries: int = 0
+    tasks: int = 0
+    submissions: int = 0
+
+
+# -- answers --------------------------------------------------------------------------
+
+
+class SessionView(Frozen):
+    """A session as of commit ``seq``: open work and the recent window (submissions and
+    tasks settled before the last baseline are archived, counted in ``archived``).
+
+    ``operations`` are the open ones and the most recent settled ones
+    (``operations_total`` counts all); ``entries`` the last few of ``entry_count``.
+    ``cancel_requests`` / ``cancel_tasks`` are cancellations recorded and not yet
+    necessarily acted on.
+    """
+
+    session_id: str
+    seq: int
+    fence: int
+    holder: str | None = None
+    updated_at: datetime | None = None
+    active: bool
+    submissions: list[SubmissionView]
+    tasks: list[TaskView]
+    operations: list[OperationView]
+    operations_total: int
+    entries: list[EntryView]
+    entry_count: int
+    blocked: list[BlockedTask]
+    cancel_requests: dict[str, str] = Field(default_factory=dict)
+    cancel_tasks: dict[str, str] = Field(default_factory=dict)
+    outbox: list[OutboxView] = Field(default_factory=list)
+    archived: Archived = Archived()
+    problems: list[str] = Field(default_factory=list)
+
+
+class SessionSummary(Frozen):
+    """A session at a glance; ``problem`` says why it could not be loaded."""
+
+    session_id: str
+    seq: int
+    holder: str | None = None
+    updated_at: datetime | None = None
+    active: bool
+    open_tasks: int
+    open_submissions: int
+    blocked: int
+    problem: str | None = None
+
+
+class SessionList(Frozen):
+    """Sessions of the active index; ``truncated``: it holds more than ``limit``."""
+
+    sessions: list[SessionSummary]
+    truncated: bool = False
+
+
+class CancelAccepted(Frozen):
+    """A cancellation: ``recorded`` when this request wrote it to the session's control
+    document; not when it was already recorded, or the target is already final."""
+
+    session_id: str
+    request_id: str | None = None
+    task_id: str | None = None
+    reason: str
+    recorded: bool
+    #: the target's status now (a submission's or a task's)
+    status: str
+
+
+class CommitEvent(Frozen):
+    """What one commit changed (the ``data`` of a ``commit`` event, whose id is ``seq``).
+
+    Tasks and submissions are their whole new revisions (merge them by id); entries
+    are shortened; ``documents`` names the documents written; ``outbox`` the messages
+    recorded for sending. A ``claim`` commit only raised the fence for ``holder``.
+    """
+
+    session_id: str
+    seq: int
+    committed_at: datetime
+    fence: int
+    claim: bool = False
+    holder: str | None = None
+    writer: str = ""
+    tasks: list[TaskView] = Field(default_factory=list)
+    submissions: list[SubmissionView] = Field(default_factory=list)
+    entries: list[EntryView] = Field(default_factory=list)
+    documents: list[str] = Field(default_factory=list)
+    applied_operations: list[str] = Field(default_factory=list)
+    outbox: list[OutboxView] = Field(default_factory=list)
+    outbox_done: list[str] = Field(default_factory=list)

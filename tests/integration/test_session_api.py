@@ -1,0 +1,646 @@
+"""The Session API over real HTTP: uvicorn on a free loopback port, a SQLite store, the
+embedded kernel driving sessions, and a recording wake queue (our own boundary).
+
+The event stream is read as raw Server-Sent Events here, and through the client's
+reconnecting ``follow``; the CLI is run against the same server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from typer.testing import CliRunner
+
+from bh import session_commands
+from bh.session_client import (
+    EventParser,
+    SessionApiClient,
+    StreamItem,
+    Unauthorized,
+    merge,
+)
+from brain.context import PhaseContext
+from brain.outcome import Done, Effects, TaskSpec, Wait
+from brain.registry import Registry
+from brain.tools import ToolSpec
+from contracts import (
+    CONTROL_DOCUMENT,
+    Commit,
+    DocumentPatch,
+    InvalidInput,
+    NotFound,
+    StoreUnavailable,
+    SubmissionStatus,
+)
+from session_api.app import create_app, stop_streams
+from session_api.stream import StreamSettings
+from session_api.views import CommitEvent, SessionView
+from tests.support.eventually import assert_eventually
+from tests.support.http_server import free_port, serve
+from tests.support.kernel import Kernel, kernel, kind, mail_kind
+from tests.support.processes import ROOT
+
+pytestmark = pytest.mark.sqlite
+
+TOKEN = "session-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FAST = StreamSettings(
+    poll=timedelta(milliseconds=10),
+    idle_poll=timedelta(milliseconds=50),
+    heartbeat=timedelta(seconds=15),
+    max_duration=timedelta(seconds=30),
+)
+
+
+@dataclass
+class RecordingWakes:
+    """The wake queue, as a list of ``(session_id, reason)``; ``fail`` makes it raise."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    fail: bool = False
+
+    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
+        if self.fail:
+            raise StoreUnavailable("redis is down")
+        self.calls.append((session_id, reason))
+
+
+@dataclass
+class Api:
+    url: str
+    http: httpx.AsyncClient
+    k: Kernel
+    wakes: RecordingWakes
+    app: Any
+
+    def client(self, token: str = TOKEN) -> SessionApiClient:
+        return SessionApiClient(self.url, token)
+
+    async def submit(self, request_id: str, input: Any = "hi", session: str = "s1") -> Any:
+        body = {"request_id": request_id, "input": input}
+        response = await self.http.post(f"/v1/sessions/{session}/submissions", json=body)
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
+
+def registry() -> Registry:
+    """``calc`` doubles its input; ``parent`` spawns a ``calc`` child and waits for it;
+    ``mail`` sends one email through the ``send`` tool."""
+
+    async def double(ctx: PhaseContext) -> Done:
+        return Done(result=2 * int(ctx.input["n"]))
+
+    async def spawn(ctx: PhaseContext) -> Wait:
+        child = TaskSpec(id=f"{ctx.task.id}.child", kind="calc", input={"n": 21})
+        return Wait(tasks=(child.id,), next_phase="finish", effects=Effects(spawn=(child,)))
+
+    async def finish(ctx: PhaseContext) -> Done:
+        return Done(result="children done")
+
+    kinds = Registry()
+    kinds.add(kind("calc", {"start": double}))
+    kinds.add(kind("parent", {"start": spawn, "finish": finish}))
+    kinds.add(mail_kind())
+    return kinds
+
+
+@asynccontextmanager
+async def open_api(tmp_path: Path, streams: StreamSettings = FAST) -> AsyncIterator[Api]:
+    wakes = RecordingWakes()
+    async with kernel(tmp_path, registry()) as k:
+
+        async def send(args: dict[str, Any], operation_id: str) -> Any:
+            return {"sent_to": args["to"]}
+
+        k.tools.register(ToolSpec(name="send"), send)
+        app = create_app(store=k.store, wakes=wakes, token=SecretStr(TOKEN), streams=streams)
+        async with serve(app) as url, httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+            yield Api(url, http, k, wakes, app)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with open_api(tmp_path) as opened:
+        yield opened
+
+
+class Events:
+    """A raw event stream: ``next()`` returns ``(event, data, id)``; comments are kept
+    in ``comments``."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.lines = response.aiter_lines()
+        self.parser = EventParser()
+        self.comments: list[str] = []
+
+    async def next(self, within: float = 5.0) -> tuple[str, Any, int | None]:
+        async with asyncio.timeout(within):
+            async for line in self.lines:
+                if line.startswith(":"):
+                    self.comments.append(line)
+                parsed = self.parser.feed(line)
+                if parsed is not None:
+                    name, data, id = parsed
+                    return name, json.loads(data), None if id is None else int(id)
+        raise EOFError("the stream ended")
+
+    async def ended(self, within: float = 5.0) -> bool:
+        try:
+            await self.next(within)
+        except EOFError:
+            return True
+        return False
+
+
+@asynccontextmanager
+async def events(api: Api, session: str = "s1", **headers: str) -> AsyncIterator[Events]:
+    wanted = {key.replace("_", "-"): value for key, value in headers.items()}
+    path = f"/v1/sessions/{session}/events"
+    async with api.http.stream("GET", path, headers=wanted) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield Events(response)
+
+
+ROUTES = [
+    ("GET", "/v1/sessions", None),
+    ("GET", "/v1/sessions/s1", None),
+    ("GET", "/v1/sessions/s1/events", None),
+    ("POST", "/v1/sessions/s1/submissions", {"request_id": "r1", "input": "hi"}),
+    ("POST", "/v1/sessions/s1/cancel", {"request_id": "r1"}),
+    ("GET", "/openapi.json", None),
+    ("GET", "/v1/no-such-route", None),
+    ("POST", "/v1/sessions/s1/submissions", "{not json"),
+]
+
+
+async def test_every_route_but_healthz_needs_the_token(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url) as anonymous:
+        health = await anonymous.get("/healthz")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        for method, path, body in ROUTES:
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong-token-0123456789"},
+                {"Authorization": f"Basic {TOKEN}"},
+            ):
+                kwargs: dict[str, Any] = {"headers": headers}
+                if isinstance(body, str):
+                    kwargs["content"] = body
+                elif body is not None:
+                    kwargs["json"] = body
+                response = await anonymous.request(method, path, **kwargs)
+                assert response.status_code == 401, (method, path, headers)
+                assert response.json()["error"]["code"] == "unauthorized"
+                assert response.headers["www-authenticate"].startswith("Bearer")
+                assert TOKEN not in response.text
+    assert (await api.k.store.session("s1")).seq == 0 and api.wakes.calls == []
+    async with api.client("wrong-token-0123456789") as stranger:
+        with pytest.raises(Unauthorized):
+            await stranger.sessions()
+
+
+async def test_a_request_id_is_accepted_once_and_wakes_the_session(api: Api) -> None:
+    response = await api.http.post(
+        "/v1/sessions/s1/submissions", json={"request_id": "r1", "input": {"text": "hello"}}
+    )
+    assert response.status_code == 201, response.text
+    first = response.json()
+    assert first["request_id"] == "r1" and first["status"] == "accepted"
+    assert first["input"] == {"text": "hello"} and first["conversation_id"] == "main"
+    assert api.wakes.calls == [("s1", "submission")]
+    handle = await api.k.store.session("s1")
+    seq = handle.seq
+
+    again = await api.http.post(
+        "/v1/sessions/s1/submissions", json={"request_id": "r1", "input": "something else"}
+    )
+    assert again.status_code == 200 and again.json() == first
+    handle = await api.k.store.session("s1")
+    assert handle.seq == seq and list(handle.state.submissions) == ["r1"]
+    assert set(api.wakes.calls) == {("s1", "submission")}  # a repeat may wake again
+
+    async with api.client() as client:
+        repeated = await client.submit("s1", "third", request_id="r1")
+        assert not repeated.created and repeated.submission.input == {"text": "hello"}
+        fresh = await client.submit("s1", "hi", request_id="r2")
+        assert fresh.created and fresh.submission.status is SubmissionStatus.ACCEPTED
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "submissions", {"request_id": "-bad", "input": "x"}, "request_id"),
+        ("POST", "submissions", {"request_id": "a b", "input": "x"}, "request_id"),
+        ("POST", "submissions", {"input": "x"}, "request_id"),
+        ("POST", "submissions", {"request_id": "r1"}, "input"),
+        ("POST", "submissions", {"request_id": "r1", "input": 5}, "input"),
+        ("POST", "submissions", {"request_id": "r1", "input": {"txt": "x"}}, "input"),
+        ("POST", "submissions", {"request_id": "r1", "input": {"text": 5}}, "input.text"),
+        (
+            "POST",
+            "submissions",
+            {"request_id": "r1", "input": {"task": {"kind": "no such!"}}},
+            "input.task.kind",
+        ),
+        (
+            "POST",
+            "submissions",
+            {"request_id": "r1", "input": "x", "conversation_id": ""},
+            "conversation_id",
+        ),
+        ("POST", "submissions", {"request_id": "r1", "input": "x", "extra": 1}, "extra"),
+        ("POST", "submissions", "{not json", "(body)"),
+        ("POST", "cancel", {}, "request_id"),
+        ("POST", "cancel", {"request_id": "r1", "task_id": "t1"}, "task_id"),
+        ("POST", "cancel", {"task_id": "bad id"}, "task_id"),
+        ("POST", "cancel", {"request_id": "r1", "reason": ""}, "reason"),
+        ("GET", "?entries=-1", None, "entries"),
+        ("GET", "/events?entries=9999", None, "entries"),
+    ],
+)
+async def test_bad_input_is_422_naming_the_field(
+    api: Api, method: str, path: str, body: Any, field: str
+) -> None:
+    kwargs: dict[str, Any] = {}
+    if isinstance(body, str):
+        kwargs = {"content": body, "headers": {"Content-Type": "application/json"}}
+    elif body is not None:
+        kwargs = {"json": body}
+    url = f"/v1/sessions/s1{'/' if path[0].isalpha() else ''}{path}"
+    response = await api.http.request(method, url, **kwargs)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_input"
+    assert error["details"]["field"] == field, error
+    assert field in error["message"] or field == "(body)"
+    assert (await api.k.store.session("s1")).seq == 0 and api.wakes.calls == []
+
+
+async def test_bad_ids_in_the_path_and_headers_are_422_too(api: Api) -> None:
+    bad_session = await api.http.get("/v1/sessions/-bad")
+    assert bad_session.status_code == 422
+    assert bad_session.json()["error"]["details"] == {
+        "field": "session_id",
+        "location": "path",
+        "problems": 1,
+    }
+    bad_resume = await api.http.get("/v1/sessions/s1/events", headers={"Last-Event-ID": "x"})
+    assert bad_resume.status_code == 422
+    assert bad_resume.json()["error"]["details"]["field"] == "last-event-id"
+    async with api.client() as client:
+        with pytest.raises(InvalidInput) as refused:
+            await client.submit("s1", {"task": {}}, request_id="r1")
+        assert refused.value.details["field"] == "input.task.kind"
+
+
+async def test_the_view_shows_tasks_operations_entries_and_outcomes(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "parent"}})
+    await api.submit("r2", {"task": {"kind": "mail"}})
+    await api.submit("r3", {"task": {"kind": "mystery", "version": 2}})
+    await api.k.run("s1")
+    await _report_blocked(api, "root.r3", "no handler for mystery@2; this Brain runs no version")
+
+    response = await api.http.get("/v1/sessions/s1", params={"entries": 5})
+    assert response.status_code == 200, response.text
+    view = response.json()
+    assert view["session_id"] == "s1" and view["seq"] == (await api.k.store.session("s1")).seq
+    submissions = {s["request_id"]: s for s in view["submissions"]}
+    assert submissions["r1"]["status"] == "answered"
+    assert submissions["r1"]["answer"] == "children done"
+    assert submissions["r2"]["status"] == "answered" and submissions["r2"]["answer"] == "sent"
+    assert submissions["r3"]["status"] == "processing"
+
+    tasks = {t["id"]: t for t in view["tasks"]}
+    child = tasks["root.r1.child"]
+    assert child["parent_id"] == "root.r1" and child["kind"] == "calc"
+    assert (child["status"], child["outcome"], child["result"]) == ("terminal", "succeeded", 42)
+    assert tasks["root.r1"]["outcome"] == "succeeded"
+    blocked = tasks["root.r3"]
+    assert blocked["status"] == "pending" and blocked["blocked"].startswith("no handler")
+    assert view["blocked"] == [
+        {
+            "task_id": "root.r3",
+            "kind": "mystery",
+            "version": 2,
+            "reason": "no handler for mystery@2; this Brain runs no version",
+        }
+    ]
+
+    (operation,) = view["operations"]
+    assert operation["tool"] == "send" and operation["task_id"] == "root.r2"
+    # Run inline by the Brain (not a Hands result entering the session): not "applied".
+    assert operation["status"] == "succeeded" and operation["applied"] is False
+    assert operation["result"]["succeeded"] is True and view["operations_total"] == 1
+    assert len(view["entries"]) <= 5 and view["entry_count"] >= len(view["entries"])
+    assert [e["index"] for e in view["entries"]] == list(
+        range(view["entry_count"] - len(view["entries"]), view["entry_count"])
+    )
+
+    missing = await api.http.get("/v1/sessions/nobody")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_active_sessions_are_listed_with_a_summary(api: Api) -> None:
+    await api.submit("r1", session="s1")
+    await api.submit("r1", session="s2")
+    await api.submit("r2", session="s2")
+    listed = (await api.http.get("/v1/sessions")).json()
+    summaries = {s["session_id"]: s for s in listed["sessions"]}
+    assert set(summaries) == {"s1", "s2"} and listed["truncated"] is False
+    assert summaries["s2"]["open_submissions"] == 2 and summaries["s2"]["seq"] == 2
+    assert listed["sessions"][0]["session_id"] == "s2"  # newest first
+    one = (await api.http.get("/v1/sessions?limit=1")).json()
+    assert len(one["sessions"]) == 1 and one["truncated"] is True
+    too_many = await api.http.get("/v1/sessions?limit=201")
+    assert too_many.status_code == 422 and too_many.json()["error"]["details"]["field"] == "limit"
+
+
+async def test_events_start_with_the_view_and_resume_after_the_last_id(api: Api) -> None:
+    await api.submit("r1")
+    async with events(api) as stream:
+        name, view, id = await stream.next()
+        assert (name, id, view["seq"]) == ("view", 1, 1)
+        assert [s["request_id"] for s in view["submissions"]] == ["r1"]
+        await api.submit("r2", {"text": "second"})
+        name, commit, id = await stream.next()
+        assert (name, id, commit["seq"]) == ("commit", 2, 2)
+        assert [s["request_id"] for s in commit["submissions"]] == ["r2"]
+        assert [(e["kind"], e["text"]) for e in commit["entries"]] == [("user_input", "second")]
+        assert commit["writer"] and commit["claim"] is False
+
+    await api.submit("r3")  # while nobody listens
+    async with events(api, last_event_id="2") as stream:
+        name, commit, id = await stream.next()
+        assert (name, id) == ("commit", 3)  # no view: only what came after seq 2
+        await api.submit("r4")
+        name, commit, id = await stream.next()
+        assert (name, id, commit["submissions"][0]["request_id"]) == ("commit", 4, "r4")
+
+    async with events(api, last_event_id="4") as stream:
+        await api.k.run("s1")  # the kernel's commits: a claim, then the tasks it decides
+        name, claim, id = await stream.next()
+        assert (name, id, claim["claim"]) == ("commit", 5, True) and claim["holder"]
+        name, decided, id = await stream.next()
+        assert id == 6 and decided["tasks"] and decided["tasks"][0]["id"].startswith("root.")
+
+    # A resume point the log does not have (from another store?) gets a fresh view.
+    async with events(api, last_event_id="999") as stream:
+        name, view, id = await stream.next()
+        assert name == "view" and id == view["seq"] >= 6
+
+
+async def test_a_client_far_behind_gets_a_fresh_view(tmp_path: Path) -> None:
+    async with open_api(tmp_path, FAST.model_copy(update={"catch_up": 2})) as api:
+        for n in range(4):
+            await api.submit(f"r{n}")
+        async with events(api, last_event_id="2") as stream:
+            name, _, id = await stream.next()
+            assert (name, id) == ("commit", 3)
+        async with events(api, last_event_id="1") as stream:
+            name, view, id = await stream.next()
+            assert (name, id) == ("view", 4) and len(view["submissions"]) == 4
+
+
+async def test_streams_keep_alive_and_end_by_themselves(tmp_path: Path) -> None:
+    short = FAST.model_copy(
+        update={"heartbeat": timedelta(milliseconds=100), "max_duration": timedelta(seconds=1)}
+    )
+    async with open_api(tmp_path, short) as api, events(api, session="quiet") as stream:
+        name, view, id = await stream.next()
+        assert (name, id, view["seq"]) == ("view", 0, 0)  # a session may be watched early
+        assert await stream.ended(within=5)
+        assert ": keepalive" in stream.comments
+        assert stream.comments[-1].startswith(": stream ends")
+
+
+async def test_stopping_the_server_ends_open_streams(api: Api) -> None:
+    async with events(api) as stream:
+        await stream.next()
+        stop_streams(api.app)
+        assert await stream.ended(within=5)
+
+
+async def test_follow_reconnects_and_yields_each_commit_once(tmp_path: Path) -> None:
+    short = FAST.model_copy(update={"max_duration": timedelta(milliseconds=300)})
+    async with open_api(tmp_path, short) as api, api.client() as client:
+        await api.submit("r1")
+        seen: list[StreamItem] = []
+        async with aclosing(client.follow("s1", retry=0.05)) as items:
+            async for item in items:
+                seen.append(item)
+                if item.seq == 4:
+                    break
+                await asyncio.sleep(0.4)  # outlive the stream: the next item is after a reconnect
+                await api.submit(f"r{item.seq + 1}")
+    assert [type(item) for item in seen] == [SessionView, CommitEvent, CommitEvent, CommitEvent]
+    assert [item.seq for item in seen] == [1, 2, 3, 4]
+    view = seen[0]
+    assert isinstance(view, SessionView)
+    for item in seen[1:]:
+        assert isinstance(item, CommitEvent)
+        view = merge(view, item)
+    assert [s.request_id for s in view.submissions] == ["r1", "r2", "r3", "r4"]
+    assert view.entry_count == 4 and [e.index for e in view.entries] == [0, 1, 2, 3]
+
+
+async def test_cancel_records_the_request_and_wakes_the_session(api: Api) -> None:
+    await api.submit("r1")
+    api.wakes.calls.clear()
+    body = {"request_id": "r1", "reason": "changed my mind"}
+    response = await api.http.post("/v1/sessions/s1/cancel", json=body)
+    assert response.status_code == 202, response.text
+    assert response.json()["recorded"] is True and response.json()["status"] == "accepted"
+    handle = await api.k.store.session("s1")
+    control = handle.state.documents[CONTROL_DOCUMENT].body
+    assert control["cancel_requests"] == {"r1": "changed my mind"}
+    assert api.wakes.calls == [("s1", "cancel")]
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    assert view["cancel_requests"] == {"r1": "changed my mind"}
+
+    again = await api.http.post("/v1/sessions/s1/cancel", json=body)
+    assert again.status_code == 202 and again.json()["recorded"] is False
+    assert (await api.k.store.session("s1")).seq == handle.seq  # nothing written twice
+
+    await api.k.run("s1")
+    settled = await api.http.post("/v1/sessions/s1/cancel", json=body)
+    assert settled.status_code == 200
+    assert settled.json()["recorded"] is False and settled.json()["status"] == "cancelled"
+
+    for target in ({"request_id": "r9"}, {"task_id": "t9"}):
+        missing = await api.http.post("/v1/sessions/s1/cancel", json=target)
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+async def test_a_task_is_cancelled_by_id(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "mystery"}})
+    await api.k.run("s1")  # creates root.r1, which nobody here can run
+    async with api.client() as client:
+        accepted = await client.cancel("s1", task_id="root.r1", reason="not needed")
+        assert accepted.recorded and accepted.status == "pending"
+        with pytest.raises(NotFound):
+            await client.cancel("s1", task_id="root.r9")
+    handle = await api.k.store.session("s1")
+    assert handle.state.documents[CONTROL_DOCUMENT].body["cancel_tasks"] == {
+        "root.r1": "not needed"
+    }
+
+
+async def test_a_failed_wake_does_not_fail_accepted_input(api: Api) -> None:
+    api.wakes.fail = True
+    response = await api.http.post(
+        "/v1/sessions/s1/submissions", json={"request_id": "r1", "input": "x"}
+    )
+    assert response.status_code == 201
+    assert (await api.k.store.session("s1")).state.submissions["r1"].status == "accepted"
+
+
+async def test_the_openapi_document_lists_every_route(api: Api) -> None:
+    document = (await api.http.get("/openapi.json")).json()
+    paths = document["paths"]
+    assert set(paths) >= {
+        "/healthz",
+        "/v1/sessions",
+        "/v1/sessions/{session_id}",
+        "/v1/sessions/{session_id}/submissions",
+        "/v1/sessions/{session_id}/cancel",
+        "/v1/sessions/{session_id}/events",
+    }
+    assert paths["/v1/sessions/{session_id}"]["get"]["security"] == [{"HTTPBearer": []}]
+    assert (
+        "text/event-stream"
+        in paths["/v1/sessions/{session_id}/events"]["get"]["responses"]["200"]["content"]
+    )
+    assert "security" not in paths["/healthz"]["get"]
+
+
+async def test_the_cli_goes_through_the_api(api: Api) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    runner = CliRunner()
+
+    def cli(*args: str, **extra: str) -> Any:
+        return runner.invoke(session_commands.app, list(args), env={**env, **extra})
+
+    task = json.dumps({"task": {"kind": "parent"}})
+    submitted = await asyncio.to_thread(
+        cli, "submit", "s1", task, "--json-input", "--request-id", "r1"
+    )
+    assert submitted.exit_code == 0, submitted.output
+    assert "r1 submitted to s1 (accepted)" in submitted.output
+    repeated = await asyncio.to_thread(cli, "submit", "s1", "other", "--request-id", "r1")
+    assert "already submitted" in repeated.output
+    generated = await asyncio.to_thread(cli, "submit", "s2", "hello", "--json")
+    assert (
+        generated.exit_code == 0
+        and len(json.loads(generated.output)["submission"]["request_id"]) == 32
+    )
+
+    watching = asyncio.create_task(asyncio.to_thread(cli, "watch", "s1", "--until-done"))
+    await asyncio.sleep(0.3)  # not needed to pass: lets the watch see the run live, mostly
+    await api.k.run("s1")
+    watched = await asyncio.wait_for(watching, 15)
+    assert watched.exit_code == 0, watched.output
+    assert "root.r1.child" in watched.output and "answered" in watched.output
+
+    shown = await asyncio.to_thread(cli, "show", "s1")
+    assert shown.exit_code == 0, shown.output
+    assert "root.r1" in shown.output and "children done" in shown.output
+    listed = await asyncio.to_thread(cli, "sessions")
+    assert listed.exit_code == 0 and "s2" in listed.output
+    cancelled = await asyncio.to_thread(
+        cli, "cancel", "s2", "--request-id", generated_id(generated)
+    )
+    assert cancelled.exit_code == 0 and "cancellation recorded" in cancelled.output
+    missing = await asyncio.to_thread(cli, "show", "nobody")
+    assert missing.exit_code == 2 and "not_found" in missing.output
+    stranger = await asyncio.to_thread(
+        cli, "sessions", BH_SESSION_API_TOKEN="wrong-token-012345678"
+    )
+    assert stranger.exit_code == 2 and "unauthorized" in stranger.output
+
+
+def generated_id(result: Any) -> str:
+    return str(json.loads(result.output)["submission"]["request_id"])
+
+
+def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    env = {**os.environ, "BH_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}"}
+    env.pop("BH_SESSION_API_TOKEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "session_api"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "BH_SESSION_API_TOKEN" in done.stderr
+
+
+async def test_the_server_serves_with_a_token(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "BH_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}",
+        "BH_SESSION_API_TOKEN": TOKEN,
+        "PYTHONUNBUFFERED": "1",
+    }
+    server = subprocess.Popen(  # noqa: ASYNC220 (started once; the test polls it over HTTP)
+        [sys.executable, "-m", "session_api", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+            async def up() -> bool:
+                assert server.poll() is None, server.communicate()[1]
+                try:
+                    return (await http.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await assert_eventually(up, within=15, interval=0.1)
+            assert (await http.get("/v1/sessions")).status_code == 401
+            created = await http.post(
+                "/v1/sessions/s1/submissions",
+                json={"request_id": "r1", "input": "hi"},
+                headers=AUTH,
+            )
+            assert created.status_code == 201, created.text
+            async with http.stream("GET", "/v1/sessions/s1/events", headers=AUTH) as stream:
+                assert stream.status_code == 200
+                server.terminate()  # an open stream must not hold the server up
+                async for _ in stream.aiter_lines():
+                    pass
+    finally:
+        if server.poll() is None:
+            server.terminate()
+        _, stderr = server.communicate(timeout=15)
+    assert server.returncode == 0, stderr
+    assert TOKEN not in stderr and "no wake queue" in stderr
+
+
+async def _report_blocked(api: Api, task_id: str, reason: str) -> None:
+    """What the scheduler will do: name a blocked task in the control document."""
+    handle = await api.k.store.session("s1")
+    patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={"blocked": {task_id: reason}}, create=True)
+    await handle.commit(Commit(documents=(patch,)), fence=None)
