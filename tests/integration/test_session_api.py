@@ -595,7 +595,7 @@ def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:
 async def test_the_server_serves_with_a_token(tmp_path: Path) -> None:
     port = free_port()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "BH_REDIS_URL"},  # no wake queue
         "BH_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}",
         "BH_SESSION_API_TOKEN": TOKEN,
         "PYTHONUNBUFFERED": "1",
