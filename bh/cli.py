@@ -11,6 +11,7 @@ from bh import (
     ops_commands,
     session_commands,
     store_commands,
+    system,
     tools_commands,
 )
 from brain import __main__ as brain_main
@@ -30,6 +31,9 @@ app.add_typer(ops_commands.app, name="ops")
 app.add_typer(tools_commands.app, name="tools")
 app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
 app.command(name="demo")(demo.demo)
+app.command(name="up")(system.up)
+app.command(name="down")(system.down)
+app.command(name="ps")(system.status)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)
 app.command(name="brain", help="Run a Brain worker (also: python -m brain worker).")(
     brain_main.worker

@@ -114,7 +114,12 @@ class Rig:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await asyncio.wait_for(process.communicate(), timeout=180)
+        try:
+            _, err = await asyncio.wait_for(process.communicate(), timeout=180)
+        except TimeoutError:  # never leave a worker behind
+            process.kill()
+            await process.wait()
+            raise
         code = process.returncode
         assert code is not None
         if code not in (0, -signal.SIGKILL):

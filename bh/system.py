@@ -1,0 +1,256 @@
+"""``bh up`` / ``bh down``: the whole system on one machine, each service its own process.
+
+``bh up`` brings up the infrastructure (``bh dev up --require docker``), then the
+scheduler, the Session API, the Hands API, N Brain workers and M Hands — each a separate
+detached process with its own log and pidfile under ``<dev home>/system/`` — waits for
+the APIs to answer, writes ``<dev home>/system/env`` (API URLs and tokens, store URL,
+namespace) and prints a status table. Running it again starts only what is not running;
+``--brains``/``--hands`` grow or shrink the fleet. ``bh down`` stops them (SIGTERM, so
+Brains hand their leases back; SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bh.devstack.config import DevConfig
+from bh.devstack.process import (
+    is_running,
+    log_tail,
+    read_pidfile,
+    remove_pidfile,
+    spawn,
+    stop,
+    write_pidfile,
+)
+
+console = Console()
+SESSION_API_PORT = 8460
+HANDS_API_PORT = 8470
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: tuple[str, ...]
+    health: str | None = None  # an URL that answers 200 once it is ready
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    def pidfile(self, name: str) -> Path:
+        return self.root / "run" / f"{name}.pid"
+
+    @property
+    def env_file(self) -> Path:
+        return self.root / "env"
+
+    @property
+    def secrets_file(self) -> Path:
+        return self.root / "secrets.json"
+
+    def create(self) -> None:
+        for sub in ("logs", "run"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+
+def layout() -> Layout:
+    return Layout(DevConfig.from_env(os.environ).home / "system")
+
+
+def up(
+    brains: Annotated[int, typer.Option(help="Brain worker processes")] = 2,
+    hands: Annotated[int, typer.Option(help="Hands processes")] = 1,
+    store: Annotated[
+        str | None, typer.Option(help="Session Store URL (default: SQLite in the dev home)")
+    ] = None,
+    plugin: Annotated[list[str] | None, typer.Option(help="Brain plugin, repeatable")] = None,
+    sandboxed: Annotated[
+        list[str] | None, typer.Option(help="registered tool the Brains run on the Hands")
+    ] = None,
+    sandbox: Annotated[str, typer.Option(help="the Hands' sandbox: docker or process")] = "docker",
+    namespace: Annotated[str, typer.Option(help="bus and Redis prefix")] = "bh",
+    infra: Annotated[bool, typer.Option(help="run `bh dev up` first")] = True,
+) -> None:
+    """Start the whole system on this machine (idempotent) and print its status."""
+    place = layout()
+    place.create()
+    if infra:
+        _dev_up()
+    env = {**os.environ, **_dev_env(), "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
+    env["BH_HANDS_SANDBOX"] = sandbox
+    env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
+    env |= _secrets(place)
+    wanted = _components(brains, hands, plugin or [], sandboxed or [], sandbox)
+    for component in wanted:
+        record = read_pidfile(place.pidfile(component.name))
+        if record is not None and is_running(record):
+            continue
+        started = spawn(component.argv, log_path=place.log(component.name), env=env)
+        write_pidfile(place.pidfile(component.name), started)
+    _retire_extra(place, {c.name for c in wanted})
+    _await_health(place, wanted)
+    exports = {
+        "BH_STORE_URL": env["BH_STORE_URL"],
+        "BH_NAMESPACE": namespace,
+        "BH_SESSION_API_URL": f"http://127.0.0.1:{SESSION_API_PORT}",
+        "BH_SESSION_API_TOKEN": env["BH_SESSION_API_TOKEN"],
+        "BH_HANDS_API_URL": f"http://127.0.0.1:{HANDS_API_PORT}",
+        "BH_HANDS_API_TOKEN": env["BH_HANDS_API_TOKEN"],
+    }
+    place.env_file.write_text("".join(f"export {k}='{v}'\n" for k, v in exports.items()))
+    place.env_file.chmod(0o600)
+    _show(place)
+    console.print(f'env written to {place.env_file}; load it with: eval "$(cat {place.env_file})"')
+
+
+def down() -> None:
+    """Stop every process `bh up` started (the infrastructure stays: `bh dev down`)."""
+    place = layout()
+    for pidfile in sorted((place.root / "run").glob("*.pid")):
+        record = read_pidfile(pidfile)
+        if record is not None:
+            outcome = stop(record, timeout=timedelta(seconds=20))
+            console.print(f"{pidfile.stem}: {outcome.value}")
+        remove_pidfile(pidfile)
+
+
+def status() -> None:
+    """Which system processes run, with their logs."""
+    _show(layout())
+
+
+def _components(
+    brains: int, hands: int, plugins: list[str], sandboxed: list[str], sandbox: str
+) -> list[Component]:
+    python = sys.executable
+    brain_args: list[str] = []
+    for path in plugins:
+        brain_args += ["--plugin", path]
+    for name in sandboxed:
+        brain_args += ["--sandboxed", name]
+    found = [
+        Component("scheduler", (python, "-m", "scheduler")),
+        Component(
+            "session-api",
+            (python, "-m", "session_api", "--port", str(SESSION_API_PORT)),
+            health=f"http://127.0.0.1:{SESSION_API_PORT}/healthz",
+        ),
+        Component(
+            "hands-api",
+            (python, "-m", "hands.api_server", "--port", str(HANDS_API_PORT)),
+            health=f"http://127.0.0.1:{HANDS_API_PORT}/healthz",
+        ),
+    ]
+    found += [
+        Component(f"brain-{n}", (python, "-m", "brain", "worker", *brain_args))
+        for n in range(1, brains + 1)
+    ]
+    found += [
+        Component(f"hands-{n}", (python, "-m", "hands", "--sandbox", sandbox))
+        for n in range(1, hands + 1)
+    ]
+    return found
+
+
+def _retire_extra(place: Layout, wanted: set[str]) -> None:
+    """Scale down: stop brain-N / hands-N beyond the numbers asked for."""
+    for pidfile in (place.root / "run").glob("*.pid"):
+        if pidfile.stem not in wanted:
+            record = read_pidfile(pidfile)
+            if record is not None:
+                stop(record, timeout=timedelta(seconds=20))
+            remove_pidfile(pidfile)
+
+
+def _await_health(place: Layout, components: list[Component]) -> None:
+    deadline = time.monotonic() + 60
+    for component in components:
+        if component.health is None:
+            continue
+        while not _answers(component.health):
+            record = read_pidfile(place.pidfile(component.name))
+            if record is None or not is_running(record) or time.monotonic() > deadline:
+                tail = log_tail(place.log(component.name))
+                raise SystemExit(f"{component.name} did not come up:\n{tail}")
+            time.sleep(0.2)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _show(place: Layout) -> None:
+    table = Table("process", "state", "pid", "log", title=f"bh up ({place.root})")
+    for pidfile in sorted((place.root / "run").glob("*.pid")):
+        record = read_pidfile(pidfile)
+        running = record is not None and is_running(record)
+        table.add_row(
+            pidfile.stem,
+            "[green]running[/]" if running else "[red]stopped[/]",
+            str(record.pid) if record else "",
+            str(place.log(pidfile.stem)),
+        )
+    console.print(table)
+
+
+def _secrets(place: Layout) -> dict[str, str]:
+    """API tokens and the Hands' proxy secret: made once, kept (0600) beside the pids."""
+    if place.secrets_file.exists():
+        saved: dict[str, str] = json.loads(place.secrets_file.read_text())
+        return saved
+    made = {
+        "BH_SESSION_API_TOKEN": secrets.token_urlsafe(24),
+        "BH_HANDS_API_TOKEN": secrets.token_urlsafe(24),
+        "BH_HANDS_SECRET": secrets.token_hex(32),
+    }
+    descriptor = os.open(place.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        json.dump(made, file)
+    return made
+
+
+def _dev_up() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bh.cli", "dev", "up", "--require", "docker"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        console.print(done.stdout[-3000:] + done.stderr[-3000:])
+        raise SystemExit("the infrastructure did not come up (bh dev up)")
+
+
+def _dev_env() -> dict[str, str]:
+    text = subprocess.run(
+        [sys.executable, "-m", "bh.cli", "dev", "env"], capture_output=True, text=True, check=True
+    ).stdout
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line.removeprefix("export ").partition("=")
+            values[key] = value.strip("'\"")
+    return values

@@ -1,0 +1,70 @@
+"""``bh up`` / ``bh down``: the whole system as separate processes on this machine; a
+task submitted through the Session API is driven by a Brain worker woken on RQ."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.processes import ROOT
+from tests.support.services import require
+
+pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
+
+
+def bh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bh.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "160"}
+    for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN"):
+        env.pop(name, None)
+    started = bh(
+        "up",
+        *("--brains", "2", "--hands", "1", "--sandbox", "process", "--no-infra"),
+        *("--namespace", "sysup", "--plugin", "tests.support.brain_plugins:plugin"),
+        env=env,
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        for name in ("scheduler", "session-api", "hands-api", "brain-1", "brain-2", "hands-1"):
+            assert name in started.stdout
+        exports = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in (tmp_path / "dev" / "system" / "env").read_text().splitlines()
+        )
+        url = exports["BH_SESSION_API_URL"].strip("'")
+        headers = {"Authorization": f"Bearer {exports['BH_SESSION_API_TOKEN'].strip(chr(39))}"}
+        body = {"request_id": "r1", "input": {"task": {"kind": "slow", "input": 0}}}
+        posted = httpx.post(f"{url}/v1/sessions/up1/submissions", json=body, headers=headers)
+        assert posted.status_code == 201, posted.text
+        deadline = time.monotonic() + 60
+        while True:
+            view = httpx.get(f"{url}/v1/sessions/up1", headers=headers).json()
+            if view["submissions"][0]["status"] == "answered":
+                break
+            assert time.monotonic() < deadline, view
+            time.sleep(0.2)
+    finally:
+        stopped = bh("down", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "terminated" in stopped.stdout
+    listed = bh("ps", env=env)
+    assert "running" not in listed.stdout.replace("not running", "")
