@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from bh import (
+    chaos,
     demo,
     devstack,
     images_commands,
@@ -32,6 +33,7 @@ app.add_typer(tools_commands.app, name="tools")
 app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
 app.command(name="demo")(demo.demo)
 app.command(name="up")(system.up)
+app.command(name="chaos")(chaos.chaos)
 app.command(name="down")(system.down)
 app.command(name="ps")(system.status)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)

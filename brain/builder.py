@@ -112,7 +112,9 @@ class CommitBuilder:
     def add(self, effects: Effects, *, parent_id: str) -> None:
         self._entries.extend(effects.entries)
         self._documents.extend(effects.documents)
-        self._outbox.extend(effects.outbox)
+        # A message still pending (e.g. a dispatch re-made by a re-run phase) is the same
+        # intent: adding it again would be refused by the store and gain nothing.
+        self._outbox.extend(m for m in effects.outbox if m.id not in self._state.outbox)
         self._applied.extend(effects.applied_operations)
         for spec in effects.spawn:
             self.create(spec, parent_id=parent_id)

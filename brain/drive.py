@@ -339,13 +339,13 @@ class Drive:
             topic=dispatch_subject(dispatch.tool),
             payload=dispatch.model_dump(mode="json"),
         )
-        pending = dispatch.operation_id in self.handle.state.outbox
         task = self.handle.state.tasks[dispatch.task_id or ""]
+        # still pending from an earlier run of this phase: the builder keeps one
         return Wait(
             operations=(dispatch.operation_id,),
             next_phase=task.phase,
             reason=sent.message,
-            effects=Effects(outbox=() if pending else (message,)),
+            effects=Effects(outbox=(message,)),
         )
 
     async def _relay(self) -> None:

@@ -1,0 +1,455 @@
+"""``bh chaos``: the whole system under a seeded schedule of faults, then the invariants.
+
+It starts the scheduler, the Session API, Brain workers and Hands (process sandbox) as
+separate processes on the dev infrastructure, submits sessions of the chaos workload
+(``examples.chaos``: sequential sandboxed calls with durable sleeps, a deliberately
+failing call, fan-out subtasks) through the Session API — retrying with the same
+``request_id`` when the API is down —, and meanwhile injects faults drawn from the seed:
+SIGKILL a Brain (restarted), SIGSTOP a Brain past its lease then SIGCONT it, SIGKILL a
+Hands (restarted), restart nats-server, FLUSHALL Redis, kill and restart the scheduler
+and the Session API. Then it reads the store and the tool's ledger and reports, per run:
+sessions submitted / completed / failed (with reason) / stuck; executions per operation;
+applications per operation; commits refused by fencing vs stale-fence commits accepted.
+Any violation — a lost submission, a stuck session, an operation executed or applied
+twice, a stale-fence commit accepted — makes the run (and the command) fail. The seed
+and the schedule are printed, so a failing run can be replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import redis.asyncio
+import typer
+from rich.console import Console
+
+from contracts import CommitRecord, ReplayPolicy
+from contracts.tool import ToolDefinition
+from session_store import SessionStore, layout, open_store
+from session_store.codec import decode
+
+console = Console()
+FAULTS = (
+    "kill_brain",
+    "stop_brain",
+    "kill_hands",
+    "restart_nats",
+    "flush_redis",
+    "restart_scheduler",
+    "restart_api",
+)
+LEASE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    seed: int
+    sessions: int = 12
+    brains: int = 3
+    hands: int = 2
+    faults: tuple[str, ...] = FAULTS
+    fault_every: float = 2.0
+    #: faults after the first round until this many Brain kills (0: until work is done)
+    brain_kills: int = 0
+    deadline: float = 240.0
+    work: Path = Path("/tmp/bh-chaos")
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    schedule: list[tuple[float, str, str]] = field(default_factory=list)
+    submitted: int = 0
+    completed: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    stuck: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    executions: Counter[str] = field(default_factory=Counter)
+    applications: Counter[str] = field(default_factory=Counter)
+    fenced_refusals: int = 0
+    stale_commits: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Fleet:
+    """The system's processes, by name, each restartable."""
+
+    def __init__(self, work: Path, env: dict[str, str], argv: dict[str, list[str]]) -> None:
+        self.work = work
+        self.env = env
+        self.argv = argv
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        with (self.work / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                self.argv[name],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def signal(self, name: str, signum: int) -> None:
+        process = self.processes[name]
+        if process.poll() is None:
+            process.send_signal(signum)
+
+    def kill(self, name: str) -> None:
+        self.signal(name, signal.SIGKILL)
+        self.processes[name].wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def run_chaos(config: ChaosConfig) -> ChaosReport:
+    """One seeded run; the report lists every violation found."""
+    rng = random.Random(config.seed)
+    report = ChaosReport(seed=config.seed)
+    work = config.work / f"run-{config.seed}-{uuid.uuid4().hex[:6]}"
+    work.mkdir(parents=True)
+    namespace = f"c{uuid.uuid4().hex[:8]}"
+    port = _free_port()
+    token = secrets.token_urlsafe(24)
+    store_url = f"sqlite:///{work / 'store.db'}"
+    ledger = work / "ledger"
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "BH_STORE_URL": store_url,
+        "BH_NAMESPACE": namespace,
+        "BH_SESSION_API_TOKEN": token,
+        "BH_HANDS_SANDBOX": "process",
+        "BH_HANDS_PROCESS_ROOT": str(work / "runs"),
+        "BH_HANDS_ACK_WAIT": "5",
+        "BH_HANDS_SECRET": secrets.token_hex(16),
+    }
+    store = await open_store(store_url)
+    await store.tools.register(_count_tool(ledger))
+    fleet = Fleet(work, env, _argv(config, port))
+    for name in fleet.argv:
+        fleet.start(name)
+    api = f"http://127.0.0.1:{port}"
+    try:
+        await _until_up(f"{api}/healthz")
+        every_kind = asyncio.Event()
+        submitting = asyncio.create_task(_submit_all(api, token, config, rng, report))
+        faults = asyncio.create_task(_inject(fleet, config, rng, report, env, every_kind))
+        await submitting
+        await asyncio.wait_for(every_kind.wait(), config.deadline)
+        await _settle(store, config, report)
+        faults.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await faults
+    finally:
+        fleet.stop_all()
+    report.fenced_refusals = await asyncio.to_thread(_fenced_in_logs, work)
+    await _check(store, ledger, config, report)
+    await store.close()
+    return report
+
+
+def _argv(config: ChaosConfig, port: int) -> dict[str, list[str]]:
+    python = sys.executable
+    argv = {
+        "scheduler": [python, "-m", "scheduler", "--reconcile-seconds", "2"],
+        "session-api": [python, "-m", "session_api", "--port", str(port)],
+    }
+    brain = [python, "-m", "brain", "worker", "--plugin", "examples.chaos.workload:plugin"]
+    brain += ["--sandboxed", "count", "--lease-seconds", str(LEASE_SECONDS)]
+    for n in range(1, config.brains + 1):
+        argv[f"brain-{n}"] = brain
+    for n in range(1, config.hands + 1):
+        argv[f"hands-{n}"] = [python, "-m", "hands", "--sandbox", "process"]
+    return argv
+
+
+def _count_tool(ledger: Path) -> ToolDefinition:
+    command = (sys.executable, "-m", "examples.chaos.tool")
+    return ToolDefinition(
+        name="count",
+        version=1,
+        parameters={
+            "type": "object",
+            "properties": {"seconds": {"type": "number"}, "fail": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+        replay=ReplayPolicy.UNSAFE,  # executing twice would be a violation
+        timeout_s=30,
+        command=command,
+        query=command,
+        config={"LEDGER": str(ledger)},
+        image="process:examples.chaos.tool",
+        image_id="process:examples.chaos.tool",
+    )
+
+
+def _workload(rng: random.Random, number: int) -> dict[str, Any]:
+    shape = rng.choice(["short", "long", "sleepy", "failing", "fanout"])
+    if shape == "short":
+        task = {"kind": "steps", "input": {"n": 2, "seconds": 0.1}}
+    elif shape == "long":
+        task = {"kind": "steps", "input": {"n": 4, "seconds": 1.0}}
+    elif shape == "sleepy":
+        task = {"kind": "steps", "input": {"n": 3, "seconds": 0.1, "sleep": 0.5}}
+    elif shape == "failing":
+        task = {"kind": "steps", "input": {"n": 3, "seconds": 0.1, "fail": True}}
+    else:
+        task = {"kind": "fanout", "input": {"width": 3, "child": {"n": 2, "seconds": 0.2}}}
+    return {"request_id": f"r{number}", "input": {"task": task}}
+
+
+async def _submit_all(
+    api: str, token: str, config: ChaosConfig, rng: random.Random, report: ChaosReport
+) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    bodies = [_workload(rng, n) for n in range(config.sessions)]
+    async with httpx.AsyncClient(headers=headers, timeout=10) as client:
+        for number, body in enumerate(bodies):
+            url = f"{api}/v1/sessions/s{number}/submissions"
+            while True:  # the API may be down: the same request_id again is safe
+                with contextlib.suppress(httpx.HTTPError):
+                    answer = await client.post(url, json=body)
+                    if answer.status_code in (200, 201):
+                        report.submitted += 1
+                        break
+                await asyncio.sleep(0.3)
+            # spread over the faults' period, so they hit work in flight
+            rounds = len(config.faults) + 1.5 * config.brain_kills
+            await asyncio.sleep(max(0.2, rounds * config.fault_every / config.sessions))
+
+
+async def _inject(
+    fleet: Fleet,
+    config: ChaosConfig,
+    rng: random.Random,
+    report: ChaosReport,
+    env: dict[str, str],
+    every_kind: asyncio.Event,
+) -> None:
+    started = time.monotonic()
+    order = list(config.faults)
+    rng.shuffle(order)  # every kind once first, then drawn at random
+    brains = [n for n in fleet.argv if n.startswith("brain-")]
+    hands = [n for n in fleet.argv if n.startswith("hands-")]
+    while True:
+        await asyncio.sleep(config.fault_every * rng.uniform(0.5, 1.5))
+        fault = order.pop(0) if order else rng.choice([*config.faults, *["kill_brain"] * 3])
+        target = ""
+        if fault == "kill_brain":
+            target = rng.choice(brains)
+            fleet.kill(target)
+            fleet.start(target)
+        elif fault == "stop_brain":
+            target = rng.choice(brains)
+            fleet.signal(target, signal.SIGSTOP)
+            await asyncio.sleep(LEASE_SECONDS * 2)  # past its lease
+            fleet.signal(target, signal.SIGCONT)
+        elif fault == "kill_hands":
+            target = rng.choice(hands)
+            fleet.kill(target)
+            fleet.start(target)
+        elif fault == "restart_nats":
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "bh.cli", "dev", "restart", "nats"],
+                capture_output=True,
+                check=False,
+            )
+            target = "ok" if done.returncode == 0 else "not ours: skipped"
+        elif fault == "flush_redis":
+            client = redis.asyncio.Redis.from_url(env["BH_REDIS_URL"])
+            await client.flushall()
+            await client.aclose()
+        else:
+            target = "scheduler" if fault == "restart_scheduler" else "session-api"
+            fleet.kill(target)
+            fleet.start(target)
+        report.schedule.append((round(time.monotonic() - started, 2), fault, target))
+        kills = sum(1 for _, kind, _ in report.schedule if kind == "kill_brain")
+        if not order and kills >= config.brain_kills:
+            every_kind.set()
+
+
+async def _settle(store: SessionStore, config: ChaosConfig, report: ChaosReport) -> None:
+    deadline = time.monotonic() + config.deadline
+    pending = {f"s{n}" for n in range(config.sessions)}
+    while pending and time.monotonic() < deadline:
+        for session_id in sorted(pending):
+            handle = await store.session(session_id)
+            submission = await handle.submission(f"r{session_id[1:]}")
+            if submission is not None and submission.status.is_final:
+                pending.discard(session_id)
+        await asyncio.sleep(1)
+
+
+async def _check(
+    store: SessionStore, ledger: Path, config: ChaosConfig, report: ChaosReport
+) -> None:
+    for n in range(config.sessions):
+        session_id, request_id = f"s{n}", f"r{n}"
+        handle = await store.session(session_id)
+        submission = await handle.submission(request_id)
+        if submission is None:
+            report.lost.append(session_id)
+            continue
+        if not submission.status.is_final:
+            report.stuck.append(session_id)
+        elif submission.status.value == "answered":
+            report.completed += 1
+        else:
+            error = submission.error
+            report.failed[session_id] = error.message if error else submission.status.value
+        await _check_log(store, session_id, report)
+        report.violations += await _unexpected_failures(store, session_id)
+    report.executions.update(await asyncio.to_thread(_ledger, ledger))
+    twice = [op for op, count in report.executions.items() if count > 1]
+    applied_twice = [op for op, count in report.applications.items() if count > 1]
+    report.violations += [f"lost submission {s}" for s in report.lost]
+    report.violations += [f"stuck session {s}" for s in report.stuck]
+    report.violations += [f"operation executed twice: {op}" for op in twice]
+    report.violations += [f"result applied twice: {op}" for op in applied_twice]
+    report.violations += [f"stale-fence commit accepted: {c}" for c in report.stale_commits]
+    unexpected = [s for s, why in report.failed.items() if "asked to fail" not in why]
+    report.violations += [f"failed for another reason: {s}: {report.failed[s]}" for s in unexpected]
+    never = sorted(set(report.executions) - set(report.applications))
+    report.violations += [f"executed, result never applied: {op}" for op in never]
+
+
+async def _unexpected_failures(store: SessionStore, session_id: str) -> list[str]:
+    """Tasks (subtasks included) that failed for a reason the workload did not ask for."""
+    found = []
+    for item, data in await store.backend.items(layout.log_partition(session_id)):
+        record = decode(data, CommitRecord, where=item)
+        for task in record.commit.tasks:
+            error = task.error.message if task.error else ""
+            failed = task.outcome is not None and task.outcome.value == "failed"
+            if failed and "asked to fail" not in error and "subtask" not in error:
+                found.append(f"task {session_id}/{task.id} failed: {error[:200]}")
+    return found
+
+
+def _fenced_in_logs(work: Path) -> int:
+    """Drives a Brain dropped because a newer holder took the session (store refusal or
+    lost lease), as the Brains logged them."""
+    marks = ("fenced out", "lease lost")
+    return sum(
+        line.count(mark)
+        for log in work.glob("brain-*.log")
+        for line in log.read_text(errors="replace").splitlines()
+        for mark in marks
+    )
+
+
+def _ledger(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) -> None:
+    highest = 0
+    for item, data in await store.backend.items(layout.log_partition(session_id)):
+        record = decode(data, CommitRecord, where=item)
+        report.applications.update(record.commit.applied_operations)
+        if record.claim:
+            highest = max(highest, record.fence)
+        elif record.writer_fence is not None and record.writer_fence < highest:
+            report.stale_commits.append(f"{session_id}@{record.seq}")
+
+
+async def _until_up(url: str) -> None:
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=1) as client:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{url} did not answer")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def show(report: ChaosReport) -> None:
+    console.print(f"[bold]seed {report.seed}[/] — fault schedule (seconds, fault, target):")
+    for moment, fault, target in report.schedule:
+        console.print(f"  {moment:7.2f}  {fault:18} {target}")
+    console.print(
+        f"sessions submitted {report.submitted}, completed {report.completed}, "
+        f"failed {len(report.failed)} (as designed: a failing tool), stuck {len(report.stuck)}, "
+        f"lost {len(report.lost)}"
+    )
+    console.print(
+        f"operations executed {sum(report.executions.values())} "
+        f"({len(report.executions)} distinct), results applied "
+        f"{sum(report.applications.values())} ({len(report.applications)} distinct), "
+        f"drives dropped by fencing {report.fenced_refusals}, "
+        f"stale-fence commits accepted {len(report.stale_commits)}"
+    )
+    if report.violations:
+        for violation in report.violations:
+            console.print(f"[red]VIOLATION[/] {violation}")
+    else:
+        console.print("[green]no violation[/]")
+
+
+def chaos(
+    seed: Annotated[int, typer.Option(help="the fault schedule's seed")] = 1,
+    runs: Annotated[int, typer.Option(help="runs, seeds seed..seed+runs-1")] = 1,
+    sessions: Annotated[int, typer.Option(help="sessions per run")] = 12,
+    brains: Annotated[int, typer.Option(help="Brain workers")] = 3,
+    hands: Annotated[int, typer.Option(help="Hands")] = 2,
+    fault_every: Annotated[float, typer.Option(help="mean seconds between faults")] = 2.0,
+    brain_kills: Annotated[int, typer.Option(help="go on until this many Brain kills")] = 0,
+    deadline: Annotated[float, typer.Option(help="seconds to wait for the work")] = 600,
+) -> None:
+    """Run the system under seeded faults and check the invariants (needs `bh dev up`)."""
+    failed = 0
+    for offset in range(runs):
+        config = ChaosConfig(
+            seed=seed + offset,
+            sessions=sessions,
+            brains=brains,
+            hands=hands,
+            fault_every=fault_every,
+            brain_kills=brain_kills,
+            deadline=deadline,
+        )
+        report = asyncio.run(run_chaos(config))
+        show(report)
+        failed += not report.ok
+    if failed:
+        raise typer.Exit(1)

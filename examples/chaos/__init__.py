@@ -1,0 +1,1 @@
+"""The chaos harness's workload: task kinds and a counting tool (``bh chaos``)."""
