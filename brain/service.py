@@ -52,6 +52,7 @@ class BrainService:
         self._workers: list[WakeWorker] = []
         self._threads: list[threading.Thread] = []
         self._held: dict[str, Lease] = {}
+        self._driving: set[str] = set()
         self._stopped = asyncio.Event()
 
     @property
@@ -88,15 +89,29 @@ class BrainService:
                 await self.leases.release(lease)
 
     async def drive(self, session_id: str) -> str:
-        """One wake of one session: lease, drive, release."""
+        """One wake of one session: lease, drive, release. A session this Brain is
+        driving already is not driven twice (its lease, same holder, would allow it):
+        the wake goes back to the queue for after that drive."""
+        if session_id in self._driving:
+            return await self._busy(session_id)
+        self._driving.add(session_id)  # no await since the check: one drive per session
+        try:
+            return await self._drive(session_id)
+        finally:
+            self._driving.discard(session_id)
+
+    async def _busy(self, session_id: str) -> str:
+        await asyncio.sleep(self.busy_retry.total_seconds())
+        await self.wakes.wake(session_id, reason="busy")
+        return "busy"
+
+    async def _drive(self, session_id: str) -> str:
         handle = await self.runner.store.session(session_id)
         lease = await self.leases.acquire(
             session_id, self.holder, ttl=self.lease_ttl, floor=handle.fence
         )
         if lease is None:  # another Brain drives it now: look again after its release
-            await asyncio.sleep(self.busy_retry.total_seconds())
-            await self.wakes.wake(session_id, reason="busy")
-            return "busy"
+            return await self._busy(session_id)
         self._held[session_id] = lease
         driving = asyncio.create_task(self.runner.drive(session_id, fence=lease.fence))
         keeping = asyncio.create_task(self._keep(lease, driving))

@@ -177,3 +177,33 @@ async def _all_answered(store: SessionStore, count: int) -> bool:
         if not await _answered(store, f"s{number}", "r1"):
             return False
     return True
+
+
+async def test_one_brain_never_drives_a_session_twice_at_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Found by the long chaos run: two wake jobs of one session reached two slots of one
+    Brain; its lease (same holder) let both drive, and a phase's stale outcome was
+    refused (already applied), failing the task. A session is driven once per Brain."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    inside, go_on = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    async def slow(ctx: PhaseContext) -> PhaseOutcome:
+        runs.append(ctx.task.id)
+        inside.set()
+        await go_on.wait()
+        return Done(result="done")
+
+    registry = Registry()
+    registry.add(kind("slow", {"start": slow}))
+    await SessionClient(store).submit("s1", "r1", {"task": {"kind": "slow"}})
+    async with brain(store, redis_url, prefix, "brain-a", registry) as service:
+        first = asyncio.create_task(service.drive("s1"))
+        await asyncio.wait_for(inside.wait(), 10)
+        second = await asyncio.wait_for(service.drive("s1"), 5)
+        go_on.set()
+        assert second == "busy" and "fence" in await first
+    assert runs == ["root.r1"]
+    await store.close()
