@@ -23,12 +23,12 @@ from contracts import (
     OperationStatus,
     StoreUnavailable,
 )
+from contracts.errors import ErrorBody
 from contracts.model import Frozen
 from contracts.tool import ToolDefinition
 from hands.api.registration import request_of
 from hands.api.views import (
     CancelRequest,
-    ErrorBody,
     OperationList,
     OperationView,
     ToolList,

@@ -30,6 +30,7 @@ from contracts import (
     StoreUnavailable,
     TaskStatus,
 )
+from contracts.errors import ErrorBody
 from contracts.model import Frozen
 from session_api.views import (
     COMMIT_EVENT,
@@ -39,7 +40,6 @@ from session_api.views import (
     CancelRequest,
     CommitEvent,
     EntryView,
-    ErrorBody,
     OutboxView,
     SessionList,
     SessionView,

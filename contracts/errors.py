@@ -59,6 +59,14 @@ class ErrorInfo(BaseModel):
     details: dict[str, Any] = {}
 
 
+class ErrorBody(BaseModel):
+    """How an HTTP API answers with an error: ``{"error": {"code", "message", "details"}}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error: ErrorInfo
+
+
 class BrainhandsError(Exception):
     """Root of the tree; ``code`` is stable, ``details`` is JSON-serialisable context."""
 

@@ -18,14 +18,15 @@ from fastapi.security import HTTPBearer
 from pydantic import SecretStr
 
 from contracts import InvalidInput
+from contracts.errors import ErrorBody
 from coordination import WakeQueue
-from session_api import errors
-from session_api.auth import BearerAuth
 from session_api.context import ApiContext
 from session_api.sessions import sessions_router
 from session_api.stream import StreamSettings
-from session_api.views import ErrorBody, Health
+from session_api.views import Health
 from session_store import SessionStore
+from webapi import errors
+from webapi.auth import BearerAuth
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ def create_app(
         openapi_url="/openapi.json",
     )
     app.state.context = context
-    app.add_middleware(BearerAuth, token=token)
-    errors.install(app)
+    app.add_middleware(BearerAuth, token=token, realm="brainhands-sessions")
+    errors.install(app, service="the Session API")
     app.include_router(_health_router())
     app.include_router(
         sessions_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED

@@ -18,13 +18,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 
 from contracts import BrainhandsError, Identifier, InvalidInput, NotFound, Submission
+from contracts.errors import ErrorBody
 from session_api.context import ApiContext
 from session_api.describe import control_body, session_summary, session_view, submission_view
 from session_api.stream import SessionStream
 from session_api.views import (
     CancelAccepted,
     CancelRequest,
-    ErrorBody,
     SessionList,
     SessionSummary,
     SessionView,

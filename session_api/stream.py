@@ -40,10 +40,10 @@ from pydantic import BaseModel, Field
 from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo
 from contracts.model import Frozen
 from session_api.describe import commit_event, session_view
-from session_api.errors import error_info
 from session_api.views import COMMIT_EVENT, ERROR_EVENT, VIEW_EVENT
 from session_store import SessionStore, layout
 from session_store.codec import decode
+from webapi.errors import error_info
 
 log = logging.getLogger(__name__)
 

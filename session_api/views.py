@@ -34,12 +34,6 @@ COMMIT_EVENT: Final = "commit"
 ERROR_EVENT: Final = "error"
 
 
-class ErrorBody(Frozen):
-    """Every error answer: ``{"error": {"code", "message", "details"}}``."""
-
-    error: ErrorInfo
-
-
 class Health(Frozen):
     status: Literal["ok"] = "ok"
 

@@ -16,16 +16,17 @@ from pydantic import SecretStr
 
 from bus import Bus
 from contracts import InvalidInput
-from hands.api import errors
-from hands.api.auth import BearerAuth
+from contracts.errors import ErrorBody
 from hands.api.context import ApiContext
 from hands.api.operations import operations_router
 from hands.api.tools import tools_router
-from hands.api.views import ErrorBody, Health
-from hands.executor import Executor
+from hands.api.views import Health
+from hands.executor import Busy, Executor
 from hands.metrics import HandsMetrics
 from hands.sandbox import Sandbox
 from session_store import SessionStore
+from webapi import errors
+from webapi.auth import BearerAuth
 
 #: Documents the bearer scheme in the OpenAPI document; ``BearerAuth`` enforces it.
 _BEARER = HTTPBearer(auto_error=False, description="The Hands API token.")
@@ -64,8 +65,8 @@ def create_app(
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.add_middleware(BearerAuth, token=token)
-    errors.install(app)
+    app.add_middleware(BearerAuth, token=token, realm="brainhands-hands")
+    errors.install(app, service="the Hands API", statuses=((Busy, 409),))
     app.include_router(_health_router())
     for router in (operations_router(context), tools_router(context), _metrics_router(context)):
         app.include_router(router, dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED)

@@ -14,11 +14,11 @@ from fastapi import APIRouter, Body, Path, Query, Response
 
 from bus import CANCEL_SUBJECT
 from contracts import Identifier, NotFound, Operation, OperationStatus, StoreUnavailable
+from contracts.errors import ErrorBody
 from contracts.tool import Cancellation
 from hands.api.context import ApiContext
 from hands.api.views import (
     CancelRequest,
-    ErrorBody,
     OperationList,
     OperationSummary,
     OperationView,

@@ -13,10 +13,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 
 from contracts import NotFound
+from contracts.errors import ErrorBody
 from contracts.tool import ToolDefinition, ToolName
 from hands.api.context import ApiContext
 from hands.api.registration import register_request
-from hands.api.views import ErrorBody, RegisterRequest, ToolList
+from hands.api.views import RegisterRequest, ToolList
 
 NameParam = Annotated[ToolName, Path(description="The tool's name.")]
 VersionParam = Annotated[int | None, Query(ge=1, description="A version (default: newest).")]

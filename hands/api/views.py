@@ -19,12 +19,6 @@ from contracts.tool import ConfigName, Destination, ToolDefinition
 DEFAULT_CANCEL_REASON = "cancelled via the Hands API"
 
 
-class ErrorBody(Frozen):
-    """Every error answer: ``{"error": {"code", "message", "details"}}``."""
-
-    error: ErrorInfo
-
-
 class Health(Frozen):
     status: Literal["ok"] = "ok"
 

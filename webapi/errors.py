@@ -1,21 +1,18 @@
-"""Errors at the HTTP boundary: every one answers ``{"error": {code, message, details}}``.
+"""The HTTP APIs' one error shape: every error as ``{"error": {"code", "message",
+"details"}}`` with the stable codes of ``contracts.errors``.
 
-==============================  ======  =============================================
-raised                          status  code
-==============================  ======  =============================================
-missing or wrong bearer token   401     ``unauthorized``
-``NotFound`` (+ unknown route)  404     ``not_found`` (or the subclass's code)
-``InvalidInput``                422     ``invalid_input`` (or the subclass's code)
-bad JSON, field, type, value    422     ``invalid_input``, naming the field
-``Refused``, ``ConflictError``  409     the error's code (``already_exists``...)
-``StoreUnavailable``            503     ``store_unavailable``
-other retryable errors          503     the error's code
-other ``BrainhandsError``       500     the error's code and message
-anything else                   500     ``error`` — details only in the server log
-==============================  ======  =============================================
+=================================  ======  ==============================================
+error                              status  code
+=================================  ======  ==============================================
+``NotFound``                       404     ``not_found`` (and subclasses' codes)
+``InvalidInput``, bad request      422     ``invalid_input`` naming the field
+``Refused``, ``ConflictError``     409     ``already_exists``, ``conflict``, ...
+``StoreUnavailable``, retryable    503     ``store_unavailable`` (retry later)
+a service's own kinds              theirs  (``install(..., statuses=...)``)
+anything else                      500     ``error``; nothing of the cause is sent
+=================================  ======  ==============================================
 
-The same table as the Hands API's (``hands.api.errors``), kept as a copy so that this
-service does not import the Hands' modules (its executor, bus and metrics).
+Shared by the Hands API and the Session API (below both services, like ``bus``).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,13 +36,15 @@ from contracts import (
     Refused,
     StoreUnavailable,
 )
-from session_api.views import ErrorBody
+from contracts.errors import ErrorBody
 
 log = logging.getLogger(__name__)
 
-UNAUTHORIZED: Final = "unauthorized"
+UNAUTHORIZED = "unauthorized"
 
-_STATUS: tuple[tuple[type[BrainhandsError], int], ...] = (
+Statuses = Sequence[tuple[type[BrainhandsError], int]]
+
+_STATUS: Statuses = (
     (NotFound, 404),
     (InvalidInput, 422),
     (Refused, 409),
@@ -54,8 +53,9 @@ _STATUS: tuple[tuple[type[BrainhandsError], int], ...] = (
 )
 
 
-def status_of(error: BrainhandsError) -> int:
-    for kind, status in _STATUS:
+def status_of(error: BrainhandsError, extra: Statuses = ()) -> int:
+    """The HTTP status of an error: a service's own ``extra`` kinds first."""
+    for kind, status in (*extra, *_STATUS):
         if isinstance(error, kind):
             return status
     return 503 if error.retryable else 500
@@ -72,19 +72,31 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def install(app: FastAPI) -> None:
-    """Translate every error the app can raise into the one JSON shape."""
-    app.add_exception_handler(BrainhandsError, _brainhands_error)  # type: ignore[arg-type]
+def install(app: FastAPI, *, service: str, statuses: Statuses = ()) -> None:
+    """Translate every error the app can raise into the one JSON shape; ``service``
+    names the API in the answer to an unexpected failure."""
+
+    async def brainhands_error(request: Request, error: BrainhandsError) -> JSONResponse:
+        status = status_of(error, statuses)
+        if status >= 500:
+            log.warning(
+                "%s %s: %s (%s)", request.method, request.url.path, error.message, error.code
+            )
+        return error_response(status, error_info(error))
+
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        # The response says nothing of the cause; the traceback goes to the server log.
+        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        info = ErrorInfo(
+            code=BrainhandsError.code,
+            message=f"internal error in the {service}; its log has the details",
+        )
+        return error_response(500, info)
+
+    app.add_exception_handler(BrainhandsError, brainhands_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _unexpected)
-
-
-async def _brainhands_error(request: Request, error: BrainhandsError) -> JSONResponse:
-    status = status_of(error)
-    if status >= 500:
-        log.warning("%s %s: %s (%s)", request.method, request.url.path, error.message, error.code)
-    return error_response(status, error_info(error))
+    app.add_exception_handler(Exception, unexpected)
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -101,18 +113,8 @@ async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     return error_response(error.status_code, ErrorInfo(code=code, message=message))
 
 
-async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-    # The response says nothing of the cause; the traceback goes to the server log.
-    log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-    info = ErrorInfo(
-        code=BrainhandsError.code,
-        message="internal error in the Session API; its log has the details",
-    )
-    return error_response(500, info)
-
-
 def validation_info(problems: Sequence[Any]) -> ErrorInfo:
-    """The first problem named by field (``request_id``, ``input``), and how many more."""
+    """The first problem named by field (``allow[0]``, ``request_id``), and how many more."""
     first: dict[str, Any] = dict(problems[0]) if problems else {"msg": "invalid request"}
     loc = tuple(first.get("loc", ()))
     of_key = loc[-1:] == ("[key]",)
@@ -136,7 +138,7 @@ def validation_info(problems: Sequence[Any]) -> ErrorInfo:
 
 
 def _where(loc: tuple[Any, ...]) -> tuple[str, str]:
-    """("body", "input", 0) -> ("body", "input[0]"); ("path", "session_id") -> ..."""
+    """("body", "allow", 0) -> ("body", "allow[0]"); ("query", "status") -> ("query", ...)."""
     location = str(loc[0]) if loc else "body"
     field = ""
     for part in loc[1:]:

@@ -1,9 +1,8 @@
 """Bearer-token authentication of every route but ``/healthz``, before any routing.
 
 It runs ahead of the router, so nothing — not an unknown route, not a body that fails
-to parse, not an event stream — answers an unauthenticated caller with more than 401.
-Tokens are compared in constant time and never logged or echoed. (A copy of the Hands
-API's ``hands.api.auth``, kept here so this service does not import the Hands.)
+to parse — answers an unauthenticated caller with more than 401. Tokens are compared in
+constant time and never logged or echoed.
 """
 
 from __future__ import annotations
@@ -15,23 +14,27 @@ from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import ErrorInfo
-from session_api.errors import UNAUTHORIZED, error_response
+from webapi.errors import UNAUTHORIZED, error_response
 
 #: Routes open without a token (they reveal nothing).
 OPEN_PATHS = frozenset({"/healthz"})
-
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="brainhands-sessions"'}
 
 
 class BearerAuth:
     """ASGI middleware: ``Authorization: Bearer <token>`` or 401."""
 
     def __init__(
-        self, app: ASGIApp, *, token: SecretStr, open_paths: Iterable[str] = OPEN_PATHS
+        self,
+        app: ASGIApp,
+        *,
+        token: SecretStr,
+        realm: str,
+        open_paths: Iterable[str] = OPEN_PATHS,
     ) -> None:
         self.app = app
         self._expected = token.get_secret_value().encode()
         self._open = frozenset(open_paths)
+        self._challenge = {"WWW-Authenticate": f'Bearer realm="{realm}"'}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self._open:
@@ -41,7 +44,8 @@ class BearerAuth:
         if problem is None:
             await self.app(scope, receive, send)
             return
-        response = error_response(401, ErrorInfo(code=UNAUTHORIZED, message=problem), _CHALLENGE)
+        info = ErrorInfo(code=UNAUTHORIZED, message=problem)
+        response = error_response(401, info, self._challenge)
         await response(scope, receive, send)
 
     def _problem(self, scope: Scope) -> str | None:

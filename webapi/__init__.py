@@ -1,0 +1,1 @@
+"""What the HTTP APIs share: the error shape and bearer-token authentication."""
