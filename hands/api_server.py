@@ -16,10 +16,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import typer
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -33,6 +31,7 @@ from hands.executor import Executor
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
 from session_store import open_store
+from webapi import server as web
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +130,7 @@ async def serve_api(settings: ApiSettings) -> None:
             token=settings.token,
             metrics=metrics,
         )
-        server = _server(app, settings)
+        server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None
         service: HandsService | None = None
         if settings.consume and bus is not None:
@@ -140,7 +139,7 @@ async def serve_api(settings: ApiSettings) -> None:
             # A consumer that died takes the API down with it (its error is raised below).
             consumer.add_done_callback(lambda _: setattr(server, "should_exit", True))
         try:
-            with _stop_on_signals(server):
+            with web.stop_on_signals(server):
                 await server.serve()
         finally:
             if service is not None and consumer is not None:
@@ -186,49 +185,6 @@ def serve_command(
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
-
-
-def _server(app: Any, settings: ApiSettings) -> Any:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn, leaving signals to ``serve_api``: uvicorn's own handling re-raises
-        SIGTERM once it stopped, which would end the process before the store, bus and
-        consumer are closed."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        lifespan="off",
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
-    return Server(config)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(server: Any) -> Iterator[None]:
-    """SIGINT/SIGTERM: stop gracefully; a second one: stop now."""
-    loop = asyncio.get_running_loop()
-
-    def stop() -> None:
-        if server.should_exit:
-            server.force_exit = True
-        server.should_exit = True
-
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        loop.add_signal_handler(signum, stop)
-    try:
-        yield
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
 
 
 def _consumer(hands: HandsSettings) -> ConsumerSettings:

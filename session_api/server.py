@@ -12,10 +12,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import typer
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -24,6 +23,7 @@ from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
 from coordination import WakeQueue
 from session_store import open_store
+from webapi import server as web
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         from session_api.app import create_app, stop_streams
 
         app = create_app(store=store, wakes=queue, token=settings.token)
-        server = _server(app, settings)
-        with _stop_on_signals(server, lambda: stop_streams(app)):
+        server = web.server(app, host=settings.host, port=settings.port)
+        with web.stop_on_signals(server, lambda: stop_streams(app)):
             await server.serve()
 
 
@@ -136,49 +136,6 @@ def rq_wakes(redis_url: str, prefix: str) -> WakesFactory:
 
 def main() -> None:
     typer.run(serve_command)
-
-
-def _server(app: Any, settings: SessionApiSettings) -> Any:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn, leaving signals to ``serve_api``: uvicorn's own handling re-raises
-        SIGTERM once it stopped, which would end the process before the store is closed."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        lifespan="off",
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
-    return Server(config)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(server: Any, stopping: Callable[[], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM: end the event streams and stop gracefully; a second one: stop now."""
-    loop = asyncio.get_running_loop()
-
-    def stop() -> None:
-        if server.should_exit:
-            server.force_exit = True
-        stopping()
-        server.should_exit = True
-
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        loop.add_signal_handler(signum, stop)
-    try:
-        yield
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
 
 
 if __name__ == "__main__":
