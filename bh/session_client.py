@@ -15,22 +15,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import httpx
-from pydantic import BaseModel, JsonValue, SecretStr, TypeAdapter, ValidationError
+from pydantic import BaseModel, JsonValue, SecretStr, ValidationError
 
+from bh.api_client import ApiClient, error_of
 from contracts import (
     CONTROL_DOCUMENT,
     BrainhandsError,
     ErrorInfo,
-    InvalidInput,
-    NotFound,
     StoreUnavailable,
     TaskStatus,
 )
-from contracts.errors import ErrorBody
 from contracts.model import Frozen
 from session_api.views import (
     COMMIT_EVENT,
@@ -49,19 +46,12 @@ from session_api.views import (
 )
 
 _M = TypeVar("_M", bound=BaseModel)
-_ERROR_BODY: TypeAdapter[ErrorBody] = TypeAdapter(ErrorBody)
 
 #: What a session's event stream yields: the view it starts from, then commits.
 StreamItem = SessionView | CommitEvent
 
 #: Consecutive failed connections after which ``follow`` gives up.
 GIVE_UP_AFTER: Final = 10
-
-
-class Unauthorized(BrainhandsError):
-    """The API refused the token (HTTP 401)."""
-
-    code = "unauthorized"
 
 
 class Submitted(Frozen):
@@ -72,7 +62,11 @@ class Submitted(Frozen):
     created: bool
 
 
-class SessionApiClient:
+class SessionApiClient(ApiClient):
+    what = "Session API"
+    url_variable = "BH_SESSION_API_URL"
+    token_variable = "BH_SESSION_API_TOKEN"
+
     def __init__(
         self,
         base_url: str,
@@ -84,33 +78,8 @@ class SessionApiClient:
     ) -> None:
         """``stream_timeout``: a stream silent this long (no event, no keepalive) counts
         as dropped; the server sends a keepalive every 15 s."""
-        secret = token.get_secret_value() if isinstance(token, SecretStr) else token
-        if not base_url:
-            raise InvalidInput("the Session API URL is empty: set BH_SESSION_API_URL or --api-url")
-        if not secret:
-            raise InvalidInput("the Session API needs a token: set BH_SESSION_API_TOKEN or --token")
-        self.base_url = base_url.rstrip("/")
+        super().__init__(base_url, token, timeout=timeout, transport=transport)
         self._stream_timeout = httpx.Timeout(timeout, read=stream_timeout)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {secret}"},
-            timeout=timeout,
-            transport=transport,
-        )
-
-    async def __aenter__(self) -> SessionApiClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._http.aclose()
 
     async def submit(
         self,
@@ -126,17 +95,17 @@ class SessionApiClient:
             "POST", f"/v1/sessions/{session_id}/submissions", json=body.model_dump(mode="json")
         )
         return Submitted(
-            submission=_parse(SubmissionView, response), created=response.status_code == 201
+            submission=self._parse(SubmissionView, response), created=response.status_code == 201
         )
 
     async def sessions(self, *, limit: int | None = None) -> SessionList:
         params = {} if limit is None else {"limit": str(limit)}
-        return _parse(SessionList, await self._request("GET", "/v1/sessions", params=params))
+        return self._parse(SessionList, await self._request("GET", "/v1/sessions", params=params))
 
     async def session(self, session_id: str, *, entries: int | None = None) -> SessionView:
         params = {} if entries is None else {"entries": str(entries)}
         response = await self._request("GET", f"/v1/sessions/{session_id}", params=params)
-        return _parse(SessionView, response)
+        return self._parse(SessionView, response)
 
     async def cancel(
         self,
@@ -154,7 +123,7 @@ class SessionApiClient:
         response = await self._request(
             "POST", f"/v1/sessions/{session_id}/cancel", json=body.model_dump(exclude_none=True)
         )
-        return _parse(CancelAccepted, response)
+        return self._parse(CancelAccepted, response)
 
     async def events(
         self,
@@ -176,7 +145,7 @@ class SessionApiClient:
             ) as response:
                 if not response.is_success:
                     await response.aread()
-                    raise error_of(response)
+                    raise error_of(response, self.what)
                 parser = EventParser()
                 async for line in response.aiter_lines():
                     parsed = parser.feed(line)
@@ -228,17 +197,6 @@ class SessionApiClient:
     async def openapi(self) -> dict[str, Any]:
         document: dict[str, Any] = (await self._request("GET", "/openapi.json")).json()
         return document
-
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
-            raise StoreUnavailable(
-                f"the Session API at {self.base_url} did not answer: {error!r}"
-            ) from None
-        if response.is_success:
-            return response
-        raise error_of(response)
 
 
 class EventParser:
@@ -326,29 +284,6 @@ def needs_refresh(commit: CommitEvent) -> bool:
     return bool(commit.outbox or commit.applied_operations or CONTROL_DOCUMENT in commit.documents)
 
 
-def error_of(response: httpx.Response) -> BrainhandsError:
-    """The project's error for an error answer (by its code), however it is shaped."""
-    try:
-        info = _ERROR_BODY.validate_json(response.content).error
-    except ValidationError:
-        info = ErrorInfo(
-            code=_CODE_BY_STATUS.get(response.status_code, BrainhandsError.code),
-            message=f"the Session API answered HTTP {response.status_code}: "
-            f"{response.text[:200]!r}",
-        )
-    if info.code == Unauthorized.code:
-        return Unauthorized(info.message, **info.details)
-    return BrainhandsError.from_info(info)
-
-
-_CODE_BY_STATUS = {
-    401: Unauthorized.code,
-    404: NotFound.code,
-    422: InvalidInput.code,
-    503: StoreUnavailable.code,
-}
-
-
 def _item(event: str, data: str, id: str | None) -> StreamItem | None:
     try:
         if event == VIEW_EVENT:
@@ -379,13 +314,3 @@ def _active(
 
 def _last(entries: list[EntryView], keep: int) -> list[EntryView]:
     return entries[-keep:] if keep > 0 else []
-
-
-def _parse(model: type[_M], response: httpx.Response) -> _M:
-    try:
-        return model.model_validate_json(response.content)
-    except ValidationError as error:
-        raise BrainhandsError(
-            f"the Session API at {response.url} answered what is not a {model.__name__}: "
-            f"{error.errors()[0]['msg']}"
-        ) from None

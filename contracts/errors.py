@@ -28,6 +28,7 @@ session's operation); reloading does not change the answer.
     │   ├── AlreadyExists                already_exists
     │   ├── VersionMismatch              version_mismatch
     │   └── OperationMismatch            operation_mismatch
+    ├── Unauthorized                     unauthorized         an API refused the token
     ├── FencedError                      fenced               terminal for that lease
     ├── LeaseLost                        lease_lost           terminal for that lease
     ├── StoreUnavailable                 store_unavailable    retryable
@@ -155,6 +156,12 @@ class OperationMismatch(Refused):
     """An operation id is used by another session, task, tool or with other arguments."""
 
     code = "operation_mismatch"
+
+
+class Unauthorized(BrainhandsError):
+    """An HTTP API refused the caller's token (HTTP 401)."""
+
+    code = "unauthorized"
 
 
 class FencedError(BrainhandsError):

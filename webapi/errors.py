@@ -36,11 +36,11 @@ from contracts import (
     Refused,
     StoreUnavailable,
 )
-from contracts.errors import ErrorBody
+from contracts.errors import ErrorBody, Unauthorized
 
 log = logging.getLogger(__name__)
 
-UNAUTHORIZED = "unauthorized"
+UNAUTHORIZED = Unauthorized.code
 
 Statuses = Sequence[tuple[type[BrainhandsError], int]]
 

@@ -24,9 +24,10 @@ from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from bh import ops_commands, tools_commands
-from bh.hands_client import HandsClient, Unauthorized
+from bh.hands_client import HandsClient
 from bus import CANCEL_SUBJECT, Bus
 from contracts import AlreadyExists, NotFound, Operation, OperationStatus, ReplayPolicy
+from contracts.errors import Unauthorized
 from contracts.tool import LABEL_PREFIX, Cancellation, Dispatch, ResultEvent
 from hands.api.app import create_app
 from hands.executor import Executor

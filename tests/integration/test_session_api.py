@@ -29,7 +29,6 @@ from bh.session_client import (
     EventParser,
     SessionApiClient,
     StreamItem,
-    Unauthorized,
     merge,
 )
 from brain.context import PhaseContext
@@ -45,6 +44,7 @@ from contracts import (
     StoreUnavailable,
     SubmissionStatus,
 )
+from contracts.errors import Unauthorized
 from session_api.app import create_app, stop_streams
 from session_api.stream import StreamSettings
 from session_api.views import CommitEvent, SessionView

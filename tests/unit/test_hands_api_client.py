@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from bh.hands_client import HandsClient, Unauthorized
+from bh.hands_client import HandsClient
 from contracts import (
     AlreadyExists,
     BrainhandsError,
@@ -14,6 +14,7 @@ from contracts import (
     NotFound,
     StoreUnavailable,
 )
+from contracts.errors import Unauthorized
 
 
 def client(status: int, body: object = None, *, text: str | None = None) -> HandsClient:
