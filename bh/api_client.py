@@ -3,11 +3,15 @@ become the project's errors again (by their stable ``code``)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 import httpx
+import typer
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError
+from rich.console import Console
 
 from contracts import BrainhandsError, ErrorInfo, InvalidInput, NotFound, StoreUnavailable
 from contracts.errors import ErrorBody, Unauthorized
@@ -99,3 +103,37 @@ def error_of(response: httpx.Response, what: str = "API") -> BrainhandsError:
             message=f"the {what} answered HTTP {response.status_code}: {response.text[:200]!r}",
         )
     return BrainhandsError.from_info(info)
+
+
+_C = TypeVar("_C", bound=ApiClient)
+_T = TypeVar("_T")
+_out = Console()
+_errors = Console(stderr=True)
+
+
+def print_json(model: BaseModel) -> None:
+    _out.print_json(model.model_dump_json())
+
+
+def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run a CLI command's coroutine; project errors become ``code: message``, exit 2."""
+    try:
+        return asyncio.run(coroutine)
+    except BrainhandsError as error:
+        _errors.print(f"[red]{error.code}[/]: {error.message}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def run_client(
+    client: type[_C],
+    api_url: str | None,
+    token: str | None,
+    call: Callable[[_C], Awaitable[_T]],
+) -> _T:
+    """Run one call against an API with a client made for it."""
+
+    async def body() -> _T:
+        async with client(api_url or "", token or "") as api:
+            return await call(api)
+
+    return run(body())

@@ -8,18 +8,16 @@ tool's query did not find the operation.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from bh.api_client import print_json, run_client
 from bh.hands_client import HandsClient
-from contracts import BrainhandsError, OperationStatus
+from contracts import OperationStatus
 from hands.api.views import DEFAULT_CANCEL_REASON, OperationSummary, OperationView
 
 app = typer.Typer(help="Inspect, cancel and verify operations (Hands API).", no_args_is_help=True)
@@ -53,7 +51,7 @@ def get(
     operation_id: OperationId, api_url: ApiUrl = None, token: ApiToken = None, as_json: Json = False
 ) -> None:
     """Show an operation's record and, once written, its result and log tail."""
-    view = run_client(api_url, token, lambda hands: hands.operation(operation_id))
+    view = run_client(HandsClient, api_url, token, lambda hands: hands.operation(operation_id))
     if as_json:
         print_json(view)
         return
@@ -74,7 +72,10 @@ def list_(
 ) -> None:
     """List operations, oldest first."""
     found = run_client(
-        api_url, token, lambda hands: hands.operations(session=session, status=status, limit=limit)
+        HandsClient,
+        api_url,
+        token,
+        lambda hands: hands.operations(session=session, status=status, limit=limit),
     )
     if as_json:
         print_json(found)
@@ -95,7 +96,7 @@ def cancel(
     as_json: Json = False,
 ) -> None:
     """Cancel an operation that has no result yet (one that has keeps it)."""
-    view = run_client(api_url, token, lambda hands: hands.cancel(operation_id, reason))
+    view = run_client(HandsClient, api_url, token, lambda hands: hands.cancel(operation_id, reason))
     if as_json:
         print_json(view)
         return
@@ -109,7 +110,7 @@ def verify(
     operation_id: OperationId, api_url: ApiUrl = None, token: ApiToken = None, as_json: Json = False
 ) -> None:
     """Ask the tool's query entry point whether the operation happened."""
-    verification = run_client(api_url, token, lambda hands: hands.verify(operation_id))
+    verification = run_client(HandsClient, api_url, token, lambda hands: hands.verify(operation_id))
     if as_json:
         print_json(verification)
     else:
@@ -159,27 +160,3 @@ def operations_table(operations: list[OperationSummary]) -> Table:
             (op.reason or "") + decided,
         )
     return table
-
-
-def print_json(model: BaseModel) -> None:
-    console.print_json(model.model_dump_json())
-
-
-def run_client(
-    api_url: str | None, token: str | None, call: Callable[[HandsClient], Awaitable[_T]]
-) -> _T:
-    """Run one call against the API; errors become ``code: message`` and exit 2."""
-
-    async def body() -> _T:
-        async with HandsClient(api_url or "", token or "") as hands:
-            return await call(hands)
-
-    return run(body())
-
-
-def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    try:
-        return asyncio.run(coroutine)
-    except BrainhandsError as error:
-        errors.print(f"[red]{error.code}[/]: {error.message}", highlight=False)
-        raise typer.Exit(2) from None

@@ -13,17 +13,17 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Final, TypeVar
 
 import typer
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
 from contracts import BrainhandsError, SubmissionStatus, TaskStatus
 from session_api.views import (
@@ -88,6 +88,7 @@ def submit(
     given = _json_input(text) if json_input else text
     rid = request_id or uuid.uuid4().hex
     submitted = run_client(
+        SessionApiClient,
         api_url,
         token,
         lambda api: api.submit(session_id, given, request_id=rid, conversation_id=conversation),
@@ -108,7 +109,7 @@ def sessions(
     as_json: Json = False,
 ) -> None:
     """List the sessions that may have work left, newest first."""
-    found = run_client(api_url, token, lambda api: api.sessions(limit=limit))
+    found = run_client(SessionApiClient, api_url, token, lambda api: api.sessions(limit=limit))
     if as_json:
         print_json(found)
         return
@@ -126,7 +127,9 @@ def show(
     as_json: Json = False,
 ) -> None:
     """Show a session: its task tree, operations, submissions and recent entries."""
-    view = run_client(api_url, token, lambda api: api.session(session_id, entries=entries))
+    view = run_client(
+        SessionApiClient, api_url, token, lambda api: api.session(session_id, entries=entries)
+    )
     if as_json:
         print_json(view)
         return
@@ -150,7 +153,7 @@ def watch(
             await Watcher(api, session_id, entries=entries, until_done=until_done).run(live)
 
     with contextlib.suppress(KeyboardInterrupt):
-        run_client(api_url, token, body)
+        run_client(SessionApiClient, api_url, token, body)
 
 
 @app.command()
@@ -165,6 +168,7 @@ def cancel(
 ) -> None:
     """Ask for a submission (or one task) to be cancelled; the session's Brain acts on it."""
     accepted = run_client(
+        SessionApiClient,
         api_url,
         token,
         lambda api: api.cancel(session_id, request_id=request_id, task_id=task_id, reason=reason),
@@ -423,27 +427,3 @@ def _json_input(text: str) -> JsonValue:
     except ValueError as error:
         raise typer.BadParameter(f"TEXT is not JSON: {error}") from None
     return value
-
-
-def print_json(model: BaseModel) -> None:
-    console.print_json(model.model_dump_json())
-
-
-def run_client(
-    api_url: str | None, token: str | None, call: Callable[[SessionApiClient], Awaitable[_T]]
-) -> _T:
-    """Run one call against the API; errors become ``code: message`` and exit 2."""
-
-    async def body() -> _T:
-        async with SessionApiClient(api_url or "", token or "") as api:
-            return await call(api)
-
-    return run(body())
-
-
-def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    try:
-        return asyncio.run(coroutine)
-    except BrainhandsError as error:
-        errors.print(f"[red]{error.code}[/]: {error.message}", highlight=False)
-        raise typer.Exit(2) from None

@@ -15,8 +15,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bh.api_client import print_json, run
 from bh.hands_client import HandsClient, Registration
-from bh.ops_commands import ApiToken, ApiUrl, Json, console, print_json, run
+from bh.ops_commands import ApiToken, ApiUrl, Json, console
 from contracts import InvalidInput, NotFound
 from contracts.tool import ToolDefinition
 from hands.api.registration import register_request, request_of
