@@ -22,6 +22,7 @@ from brain.worker import BrainSettings, WorkerSettings, build, run_worker
 from bus import BusSettings
 from contracts import BrainhandsError
 from coordination.leases import RedisLeases
+from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -102,7 +103,8 @@ async def _serve(
         built = await build(settings, resources)
         client = redis.asyncio.Redis.from_url(redis_url)
         resources.push_async_callback(client.aclose)
-        wakes = RQWakes(redis_url, prefix=prefix)
+        routes = Routes(client, prefix=prefix)
+        wakes = RQWakes(redis_url, prefix=prefix, router=SessionRouter(built.store, routes))
         resources.callback(wakes.close)
         service = BrainService(
             runner=built.runner,
@@ -111,6 +113,7 @@ async def _serve(
             redis_url=redis_url,
             concurrency=concurrency,
             lease_ttl=ttl,
+            routes=routes,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

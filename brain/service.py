@@ -22,8 +22,9 @@ import redis
 from rq import Queue
 
 from brain.runner import DriveReport, SessionRunner
-from contracts import LeaseLost
+from contracts import LeaseLost, StoreUnavailable
 from coordination.protocols import Lease, LeaseStore
+from coordination.routes import ADVERTISEMENT_S, Routes, route_of
 from coordination.wakes import RQWakes, WakeWorker, queue_name
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,10 @@ class BrainService:
         concurrency: int = 8,
         lease_ttl: timedelta = timedelta(seconds=10),
         busy_retry: timedelta = timedelta(milliseconds=200),
+        routes: Routes | None = None,
     ) -> None:
+        """With ``routes``, this Brain advertises what it runs and takes the wakes of its
+        route only (sessions it can run); without, the wake queue's default route."""
         self.runner = runner
         self.leases = leases
         self.wakes = wakes
@@ -48,6 +52,9 @@ class BrainService:
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self.busy_retry = busy_retry
+        self.routes = routes
+        compatible = runner.registry.compatibility()
+        self.route = route_of(compatible) if routes is not None else wakes.route
         self.reports: list[DriveReport] = []
         self._workers: list[WakeWorker] = []
         self._threads: list[threading.Thread] = []
@@ -63,7 +70,11 @@ class BrainService:
         """Consume wake jobs with ``concurrency`` slots until ``shutdown``."""
         loop = asyncio.get_running_loop()
         connection = redis.Redis.from_url(self.redis_url)
-        queue = Queue(queue_name(self.wakes.prefix, self.wakes.route), connection=connection)
+        queue = Queue(queue_name(self.wakes.prefix, self.route), connection=connection)
+        advertising = None
+        if self.routes is not None:
+            await self.routes.advertise(self.runner.registry.compatibility())
+            advertising = asyncio.create_task(self._advertise(self.routes))
         for slot in range(self.concurrency):
             worker = WakeWorker(
                 [queue],
@@ -76,6 +87,16 @@ class BrainService:
             self._workers.append(worker)
             self._threads.append(worker.run_in_thread())
         await self._stopped.wait()
+        if advertising is not None:
+            advertising.cancel()
+
+    async def _advertise(self, routes: Routes) -> None:
+        while True:
+            await asyncio.sleep(ADVERTISEMENT_S / 3)
+            try:
+                await routes.advertise(self.runner.registry.compatibility())
+            except StoreUnavailable as error:
+                log.warning("cannot advertise: %s", error.message)
 
     async def shutdown(self) -> None:
         """Stop taking wakes, let running drives end, hand leases back."""

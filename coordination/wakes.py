@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -53,30 +53,47 @@ def queue_name(prefix: str, route: str = "default") -> str:
     return f"{prefix}-wakes-{route}"
 
 
-class RQWakes:
-    """Enqueues wake jobs; ``route`` picks the queue of Brains that can run the session."""
+Router = Callable[[str], Awaitable[str | None]]
 
-    def __init__(self, url: str, *, prefix: str = "bh", route: str = "default") -> None:
+
+class RQWakes:
+    """Enqueues wake jobs on the queue of the Brains that can run the session: the
+    ``router``'s choice (None from it: nobody can, so no job), else ``route``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "bh",
+        route: str = "default",
+        router: Router | None = None,
+    ) -> None:
         self.prefix = prefix
         self.route = route
+        self.router = router
         self._sync = redis.Redis.from_url(url)
-        self._queue = Queue(queue_name(prefix, route), connection=self._sync)
+        self._queues: dict[str, Queue] = {}
 
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         try:
             if at is not None and at.timestamp() > time.time():
                 await asyncio.to_thread(self._later, session_id, at.timestamp())
-            else:
-                await asyncio.to_thread(self._now, session_id, reason)
+                return
+            route = self.route if self.router is None else await self.router(session_id)
+            if route is not None:
+                await asyncio.to_thread(self._now, session_id, reason, route)
         except redis.RedisError as error:
             raise StoreUnavailable(f"cannot queue a wake of {session_id}: {error}") from None
 
-    def _now(self, session_id: str, reason: str) -> None:
-        if not self._sync.set(
-            pending_key(self.prefix, session_id), reason, nx=True, ex=_PENDING_TTL_S
-        ):
+    def _now(self, session_id: str, reason: str, route: str) -> None:
+        marker = pending_key(self.prefix, session_id)
+        if not self._sync.set(marker, reason, nx=True, ex=_PENDING_TTL_S):
             return  # a wake job of this session is already waiting
-        self._queue.enqueue_call(
+        queue = self._queues.get(route)
+        if queue is None:
+            name = queue_name(self.prefix, route)
+            queue = self._queues[route] = Queue(name, connection=self._sync)
+        queue.enqueue_call(
             JOB_FUNCTION,
             args=(session_id,),
             job_id=f"wake-{session_id}-{uuid.uuid4().hex[:8]}",
@@ -96,7 +113,7 @@ class RQWakes:
         try:
             due = await asyncio.to_thread(self._pop_due, moment)
             for session_id in due:
-                await asyncio.to_thread(self._now, session_id, "timer")
+                await self.wake(session_id, reason="timer")
         except redis.RedisError as error:
             raise StoreUnavailable(f"cannot promote due wakes: {error}") from None
         return due

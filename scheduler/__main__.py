@@ -15,6 +15,7 @@ import typer
 from bus import Bus, BusSettings
 from contracts import BrainhandsError
 from coordination.leases import RedisLeases
+from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
 from scheduler.service import Scheduler, SchedulerSettings
 from session_store import open_store
@@ -58,7 +59,9 @@ async def _serve(
             resources.push_async_callback(bus.close)
         client = redis.asyncio.Redis.from_url(redis_url)
         resources.push_async_callback(client.aclose)
-        wakes = RQWakes(redis_url, prefix=prefix)
+        wakes = RQWakes(
+            redis_url, prefix=prefix, router=SessionRouter(store, Routes(client, prefix=prefix))
+        )
         resources.callback(wakes.close)
         scheduler = Scheduler(
             store=store,

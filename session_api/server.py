@@ -122,14 +122,23 @@ def rq_wakes(redis_url: str, prefix: str) -> WakesFactory:
     """Wake jobs on RQ (``coordination.wakes``) for every accepted submission or cancel."""
 
     @contextlib.asynccontextmanager
-    async def open_wakes(_: SessionApiSettings) -> AsyncIterator[WakeQueue]:
-        from coordination.wakes import RQWakes
+    async def open_wakes(settings: SessionApiSettings) -> AsyncIterator[WakeQueue]:
+        import redis.asyncio
 
-        wakes = RQWakes(redis_url, prefix=prefix)
+        from coordination.routes import Routes, SessionRouter
+        from coordination.wakes import RQWakes
+        from session_store import open_store
+
+        store = await open_store(settings.store_url)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        router = SessionRouter(store, Routes(client, prefix=prefix))
+        wakes = RQWakes(redis_url, prefix=prefix, router=router)
         try:
             yield wakes
         finally:
             wakes.close()
+            await client.aclose()
+            await store.close()
 
     return open_wakes
 

@@ -130,6 +130,13 @@ class SessionClient:
         handle = await self.store.session(session_id)
         await _commit_unfenced(handle, lambda state: Commit(documents=(patch,)))
 
+    async def report_blocked(self, session_id: str, reasons: dict[str, str] | None) -> None:
+        """Record which work of the session no running Brain can run, and why (None:
+        nothing is blocked any more), in its control document."""
+        patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={"blocked": reasons}, create=True)
+        handle = await self.store.session(session_id)
+        await _commit_unfenced(handle, lambda state: Commit(documents=(patch,)))
+
     async def _remark(self, handle: SessionHandle, submission: Submission) -> None:
         # A resubmission may follow a crash that lost the session's index marker.
         if not submission.status.is_final:
