@@ -109,6 +109,8 @@ def up(
         write_pidfile(place.pidfile(component.name), started)
     _retire_extra(place, {c.name for c in wanted})
     _await_health(place, wanted)
+    if brains:
+        _await_routes(env["BH_REDIS_URL"], namespace)
     exports = {
         "BH_STORE_URL": env["BH_STORE_URL"],
         "BH_NAMESPACE": namespace,
@@ -193,6 +195,21 @@ def _await_health(place: Layout, components: list[Component]) -> None:
                 tail = log_tail(place.log(component.name))
                 raise SystemExit(f"{component.name} did not come up:\n{tail}")
             time.sleep(0.2)
+
+
+def _await_routes(redis_url: str, namespace: str) -> None:
+    """Brains take wakes once they advertised what they run: wait for the first."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while not client.hlen(f"{namespace}:routes"):
+            if time.monotonic() > deadline:
+                raise SystemExit("no Brain advertised what it runs within 60 s (see bh ps)")
+            time.sleep(0.2)
+    finally:
+        client.close()
 
 
 def _answers(url: str) -> bool:

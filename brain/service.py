@@ -60,6 +60,7 @@ class BrainService:
         self._threads: list[threading.Thread] = []
         self._held: dict[str, Lease] = {}
         self._driving: set[str] = set()
+        self._again: set[str] = set()
         self._stopped = asyncio.Event()
 
     @property
@@ -114,12 +115,16 @@ class BrainService:
         driving already is not driven twice (its lease, same holder, would allow it):
         the wake goes back to the queue for after that drive."""
         if session_id in self._driving:
-            return await self._busy(session_id)
+            self._again.add(session_id)  # news for the running drive: drive once more after
+            return "busy here: again after the running drive"
         self._driving.add(session_id)  # no await since the check: one drive per session
         try:
             return await self._drive(session_id)
         finally:
             self._driving.discard(session_id)
+            if session_id in self._again:
+                self._again.discard(session_id)
+                await self.wakes.wake(session_id, reason="again")
 
     async def _busy(self, session_id: str) -> str:
         await asyncio.sleep(self.busy_retry.total_seconds())

@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Job function path: what RQ records as the job's callable.
 JOB_FUNCTION = "coordination.wakes.drive_session"
-_PENDING_TTL_S = 600
+# Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
+# (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
+_PENDING_TTL_S = 5
 _local = threading.local()
 
 

@@ -204,6 +204,6 @@ async def test_one_brain_never_drives_a_session_twice_at_once(
         await asyncio.wait_for(inside.wait(), 10)
         second = await asyncio.wait_for(service.drive("s1"), 5)
         go_on.set()
-        assert second == "busy" and "fence" in await first
+        assert second.startswith("busy") and "fence" in await first
     assert runs == ["root.r1"]
     await store.close()
