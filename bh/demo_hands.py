@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from rich.table import Table
 
 from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers, worker
+from bh.system import dev_env, dev_up
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
@@ -215,20 +216,8 @@ def _destination(url: str) -> str:
 def _dev_stack() -> Stack:
     """NATS and Docker from ``bh dev up`` (started when not running)."""
     console.print("Bringing up the dev stack (bh dev up --require docker)…")
-    cli = [sys.executable, "-m", "bh.cli", "dev"]
-    up = subprocess.run(
-        [*cli, "up", "--require", "docker"], capture_output=True, text=True, check=False
-    )
-    if up.returncode != 0:
-        console.print(up.stdout[-2000:] + up.stderr[-2000:])
-        raise SystemExit("the dev stack did not come up; see above")
-    env = subprocess.run([*cli, "env"], capture_output=True, text=True, check=True).stdout
-    exports = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in env.splitlines()
-        if line.startswith("export ")
-    )
-    values = {key: value.strip("'\"") for key, value in exports.items()}
+    dev_up()
+    values = dev_env()
     return Stack(
         nats_url=values["BH_NATS_URL"],
         docker_url=values.get("DOCKER_HOST", "unix:///var/run/docker.sock"),

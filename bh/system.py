@@ -95,8 +95,8 @@ def up(
     place = layout()
     place.create()
     if infra:
-        _dev_up()
-    env = {**os.environ, **_dev_env(), "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
+        dev_up()
+    env = {**os.environ, **dev_env(), "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
     env["BH_HANDS_SANDBOX"] = sandbox
     env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
     env |= _secrets(place)
@@ -249,7 +249,8 @@ def _secrets(place: Layout) -> dict[str, str]:
     return made
 
 
-def _dev_up() -> None:
+def dev_up() -> None:
+    """``bh dev up --require docker``: the infrastructure, started where not running."""
     done = subprocess.run(
         [sys.executable, "-m", "bh.cli", "dev", "up", "--require", "docker"],
         capture_output=True,
@@ -261,7 +262,8 @@ def _dev_up() -> None:
         raise SystemExit("the infrastructure did not come up (bh dev up)")
 
 
-def _dev_env() -> dict[str, str]:
+def dev_env() -> dict[str, str]:
+    """What ``bh dev env`` exports: the infrastructure's addresses."""
     text = subprocess.run(
         [sys.executable, "-m", "bh.cli", "dev", "env"], capture_output=True, text=True, check=True
     ).stdout

@@ -69,9 +69,6 @@ RecoveryPath = Literal["executed", "verified", "replayed", "reused"]
 
 _HANDS_PATHS = ("executed", "verified", "replayed")
 
-#: Outputs larger than this are stored as a blob referenced by the result record.
-INLINE_RESULT_BYTES = 16 * 1024
-
 
 def operation_id(session_id: str, task_id: str, key: str) -> str:
     """The stable id of the operation ``key`` of a task: the same inputs, the same id."""
@@ -200,16 +197,7 @@ class Operations:
         )
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
-        differences = [
-            what
-            for what, same in (
-                ("session", record.session_id == self._session_id),
-                ("task", record.task_id == self._task.id),
-                ("tool", record.tool == tool),
-                ("arguments", record.args == args),
-            )
-            if not same
-        ]
+        differences = record.differences(self._session_id, self._task.id, tool, args)
         if differences:
             raise OperationMismatch(
                 f"operation {record.operation_id} was recorded with another "
@@ -367,7 +355,7 @@ class Operations:
         """Write the result once (the truth), then close the record (a convenience);
         returns the blob a large output was stored in."""
         store = self._services.store
-        inline, blob = await self._stored_output(output)
+        inline, blob = await store.put_output(output)
         await store.put_operation_result(
             OperationResult(
                 operation_id=record.operation_id,
@@ -384,12 +372,6 @@ class Operations:
         except BrainhandsError as problem:  # the result above is what counts
             log.warning("operation %s: result stored, record not closed: %s", record, problem)
         return blob
-
-    async def _stored_output(self, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
-        data = json.dumps(output).encode()
-        if len(data) <= INLINE_RESULT_BYTES:
-            return output, None
-        return None, await self._services.store.put_blob(data, "application/json")
 
     async def _reuse(self, result: OperationResult) -> Performed:
         if not result.succeeded:

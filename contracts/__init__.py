@@ -44,6 +44,7 @@ from contracts.errors import (
 )
 from contracts.model import Frozen, Identifier, KindName, RequestId, utcnow
 from contracts.operation import (
+    INLINE_RESULT_BYTES,
     OPERATION_TRANSITIONS,
     Operation,
     OperationResult,
@@ -71,6 +72,7 @@ from contracts.task import (
 
 __all__ = [
     "CONTROL_DOCUMENT",
+    "INLINE_RESULT_BYTES",
     "OPERATION_TRANSITIONS",
     "AlreadyApplied",
     "AlreadyExists",

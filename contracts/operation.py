@@ -20,6 +20,8 @@ from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 
 OPERATION_RECORD_VERSION: Final = 1
+#: Outputs larger than this are stored as a blob referenced by the result record.
+INLINE_RESULT_BYTES: Final = 16 * 1024
 
 
 class ReplayPolicy(StrEnum):
@@ -86,6 +88,21 @@ class Operation(Frozen):
     decision: str | None = None
     created_at: AwareDatetime = Field(default_factory=utcnow)
     updated_at: AwareDatetime = Field(default_factory=utcnow)
+
+    def differences(
+        self, session_id: str, task_id: str | None, tool: str, args: JsonValue
+    ) -> list[str]:
+        """What of a call differs from this record's (a result answers only the same)."""
+        return [
+            what
+            for what, same in (
+                ("session", self.session_id == session_id),
+                ("task", self.task_id == task_id),
+                ("tool", self.tool == tool),
+                ("arguments", self.args == args),
+            )
+            if not same
+        ]
 
 
 class OperationResult(Frozen):

@@ -30,6 +30,8 @@ from contracts.model import AwareDatetime, Frozen, utcnow
 from contracts.operation import ReplayPolicy
 
 TOOL_RECORD_VERSION: Final = 1
+#: Largest frozen arguments of a sandboxed call: they travel in the container's env.
+MAX_ARGUMENT_BYTES: Final = 64 * 1024
 LABEL_PREFIX: Final = "io.brainhands.tool."
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
@@ -133,10 +135,10 @@ class DispatchMode(StrEnum):
 
 
 class Dispatch(Frozen):
-    """``tools.dispatch``: run (or query) an operation, committed as the operation's intent.
+    """``tools.dispatch``: run an operation, committed as the operation's intent.
 
-    The message id on the bus is ``operation_id`` (run) or ``<operation_id>.query`` — a
-    repeat is the same operation, never a second action.
+    The message id on the bus is ``operation_id``: a repeat is the same operation, never
+    a second action. (Queries are the Hands' own recovery and verify steps.)
     """
 
     v: Literal[1] = 1
@@ -148,7 +150,6 @@ class Dispatch(Frozen):
     tool_version: int = Field(ge=1)
     args: Any = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
-    mode: DispatchMode = DispatchMode.RUN
     committed_at: AwareDatetime = Field(default_factory=utcnow)
 
 

@@ -41,7 +41,6 @@ from typing import Any
 
 from contracts import (
     AlreadyExists,
-    BlobRef,
     BrainhandsError,
     ConflictError,
     ErrorInfo,
@@ -56,7 +55,14 @@ from contracts import (
     utcnow,
 )
 from contracts.arguments import argument_problem
-from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
+from contracts.tool import (
+    MAX_ARGUMENT_BYTES,
+    Dispatch,
+    DispatchMode,
+    ResultEvent,
+    Termination,
+    ToolDefinition,
+)
 from hands.metrics import HandsMetrics
 from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox, container_name
 from runtime.crashpoints import CrashPoints
@@ -64,15 +70,11 @@ from session_store import SessionStore
 
 log = logging.getLogger(__name__)
 
-#: Largest frozen arguments a dispatch may carry (they travel in the container's env).
-MAX_ARGUMENT_BYTES = 64 * 1024
 #: A tool exits with this status (EX_TEMPFAIL) when it cannot tell whether its action
 #: happened (e.g. the response was lost): the outcome is unknown, not failed.
 EXIT_UNKNOWN = 75
 #: Starts of one operation before an unknown outcome is left to an operator.
 MAX_ATTEMPTS = 3
-#: Outputs larger than this are stored as a blob referenced by the result.
-INLINE_RESULT_BYTES = 16 * 1024
 
 Publish = Callable[[ResultEvent], Awaitable[None]]
 
@@ -404,7 +406,7 @@ class Executor:
         verified = path == "verified"
         exited_ok = outcome.termination is Termination.EXITED and outcome.exit_code == 0
         succeeded = verified or exited_ok
-        inline, blob = await self._stored(output if verified else outcome.output)
+        inline, blob = await self.store.put_output(output if verified else outcome.output)
         return OperationResult(
             operation_id=record.operation_id,
             session_id=record.session_id,
@@ -421,12 +423,6 @@ class Executor:
             container=outcome.container,
             started_at=outcome.started_at,
         )
-
-    async def _stored(self, value: Any) -> tuple[Any, BlobRef | None]:
-        data = json.dumps(value).encode()
-        if len(data) <= INLINE_RESULT_BYTES:
-            return value, None
-        return None, await self.store.put_blob(data, "application/json")
 
     async def _settle(
         self, record: Operation, result: OperationResult, *, decision: str | None = None
@@ -553,16 +549,9 @@ def _refusal(dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:
 
 
 def _check_same(record: Operation, dispatch: Dispatch) -> None:
-    differences = [
-        what
-        for what, same in (
-            ("session", record.session_id == dispatch.session_id),
-            ("task", record.task_id == dispatch.task_id),
-            ("tool", record.tool == dispatch.tool),
-            ("arguments", record.args == dispatch.args),
-        )
-        if not same
-    ]
+    differences = record.differences(
+        dispatch.session_id, dispatch.task_id, dispatch.tool, dispatch.args
+    )
     if differences:
         raise OperationMismatch(
             f"operation {record.operation_id} is on record with another "

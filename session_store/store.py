@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from contracts import BlobRef, Identifier, InvalidInput, Operation, OperationResult, OperationStatus
+from contracts import (
+    INLINE_RESULT_BYTES,
+    BlobRef,
+    Identifier,
+    InvalidInput,
+    Operation,
+    OperationResult,
+    OperationStatus,
+)
 from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
@@ -118,6 +127,14 @@ class SessionStore:
 
     async def get_blob(self, ref: BlobRef) -> bytes:
         return await self.blobs.get(ref)
+
+    async def put_output(self, output: JsonValue) -> tuple[JsonValue, BlobRef | None]:
+        """An operation's output as a result record carries it: inline when small, else
+        ``(None, blob)`` with the JSON stored as a blob (``INLINE_RESULT_BYTES``)."""
+        data = json.dumps(output).encode()
+        if len(data) <= INLINE_RESULT_BYTES:
+            return output, None
+        return None, await self.put_blob(data, "application/json")
 
     async def create_operation(self, operation: Operation) -> Operation:
         return await self.operations.create(operation)

@@ -50,7 +50,7 @@ from contracts import (
     PayloadTooLarge,
     StoreUnavailable,
 )
-from contracts.tool import DispatchMode, Termination
+from contracts.tool import MAX_ARGUMENT_BYTES, DispatchMode, Termination
 from hands.egress.route import EgressRoute
 from hands.sandbox import (
     LABEL_DEADLINE,
@@ -70,8 +70,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LABEL_EXECUTOR = "io.brainhands.executor"
-#: Largest arguments (JSON, UTF-8): they travel in one environment variable.
-MAX_ARGUMENT_BYTES = 64 * 1024
 SANDBOX_USER = "65534:65534"
 # Egress containers resolve nothing themselves (the proxy does). Docker < 26 forwards
 # the embedded DNS of internal networks to the host's resolvers (CVE-2024-29018), from
