@@ -37,6 +37,7 @@ import redis.asyncio
 import typer
 from rich.console import Console
 
+from bh.fleet import Fleet
 from contracts import CommitRecord, ReplayPolicy
 from contracts.tool import ToolDefinition
 from session_store import SessionStore, layout, open_store
@@ -87,47 +88,6 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         return not self.violations
-
-
-class Fleet:
-    """The system's processes, by name, each restartable."""
-
-    def __init__(self, work: Path, env: dict[str, str], argv: dict[str, list[str]]) -> None:
-        self.work = work
-        self.env = env
-        self.argv = argv
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str) -> None:
-        with (self.work / f"{name}.log").open("ab") as log:
-            self.processes[name] = subprocess.Popen(
-                self.argv[name],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def signal(self, name: str, signum: int) -> None:
-        process = self.processes[name]
-        if process.poll() is None:
-            process.send_signal(signum)
-
-    def kill(self, name: str) -> None:
-        self.signal(name, signal.SIGKILL)
-        self.processes[name].wait()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:

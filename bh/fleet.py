@@ -1,0 +1,51 @@
+"""A fleet of system processes started by name, each signalled, killed and restarted by
+the chaos harness, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+
+class Fleet:
+    """The system's processes, by name, each restartable."""
+
+    def __init__(self, work: Path, env: dict[str, str], argv: dict[str, list[str]]) -> None:
+        self.work = work
+        self.env = env
+        self.argv = argv
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, **extra: str) -> subprocess.Popen[bytes]:
+        """Start (or restart) ``name``; ``extra`` is added to its environment this time."""
+        with (self.work / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                self.argv[name],
+                env={**self.env, **extra},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self.processes[name]
+
+    def signal(self, name: str, signum: int) -> None:
+        process = self.processes[name]
+        if process.poll() is None:
+            process.send_signal(signum)
+
+    def kill(self, name: str) -> None:
+        self.signal(name, signal.SIGKILL)
+        self.processes[name].wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
