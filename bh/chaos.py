@@ -37,11 +37,12 @@ import redis.asyncio
 import typer
 from rich.console import Console
 
-from bh.fleet import Fleet
+from bh.fleet import Fleet, until_up
 from contracts import CommitRecord, ReplayPolicy
 from contracts.tool import ToolDefinition
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
+from webapi.server import free_port
 
 console = Console()
 FAULTS = (
@@ -97,7 +98,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
     work = config.work / f"run-{config.seed}-{uuid.uuid4().hex[:6]}"
     work.mkdir(parents=True)
     namespace = f"c{uuid.uuid4().hex[:8]}"
-    port = _free_port()
+    port = free_port()
     token = secrets.token_urlsafe(24)
     store_url = f"sqlite:///{work / 'store.db'}"
     ledger = work / "ledger"
@@ -119,7 +120,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         fleet.start(name)
     api = f"http://127.0.0.1:{port}"
     try:
-        await _until_up(f"{api}/healthz")
+        await until_up(f"{api}/healthz")
         every_kind = asyncio.Event()
         submitting = asyncio.create_task(_submit_all(api, token, config, rng, report))
         faults = asyncio.create_task(_inject(fleet, config, rng, report, env, every_kind))
@@ -342,25 +343,6 @@ async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) 
             highest = max(highest, record.fence)
         elif record.writer_fence is not None and record.writer_fence < highest:
             report.stale_commits.append(f"{session_id}@{record.seq}")
-
-
-async def _until_up(url: str) -> None:
-    deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(timeout=1) as client:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url)).status_code == 200:
-                    return
-            await asyncio.sleep(0.2)
-    raise SystemExit(f"{url} did not answer")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def show(report: ChaosReport) -> None:

@@ -1,4 +1,5 @@
-"""``bh demo``: a durable agent task, a killed worker, and the recovery — on embedded defaults.
+"""``bh demo --embedded``: a durable agent task, a killed worker, and the recovery — no
+services (``bh demo`` without it runs the whole system: ``bh.demo_system``).
 
 The demo starts the example email service and a scripted model server as local
 processes, submits "send the approved notice to five customers and summarise", runs a
@@ -62,21 +63,22 @@ def demo(
     store: Annotated[
         str | None, typer.Option(help="Session Store URL (default: a new SQLite file)")
     ] = None,
-    hands: Annotated[
+    embedded: Annotated[
         bool,
         typer.Option(
-            "--hands",
-            help="Run send_email sandboxed on a Hands service (Docker, NATS via bh dev up); "
-            "kill the Brain after dispatch and the Hands mid-send.",
+            "--embedded",
+            help="No services: one embedded Brain process at a time on an SQLite store, "
+            "send_email in process; kill it mid-batch and recover.",
         ),
     ] = False,
 ) -> None:
-    """Run a durable agent task, kill its worker mid-batch, recover, and show what happened."""
+    """The five-emails task on the whole system (scheduler, Session API, Brains, Hands
+    in Docker): kill a Brain mid-tool and a Hands mid-send, recover, show who did what."""
     try:
-        if hands:
-            from bh import demo_hands
+        if not embedded:
+            from bh import demo_system
 
-            asyncio.run(demo_hands.run(store))
+            asyncio.run(demo_system.run(store))
             return
         if store is None:
             store = f"sqlite:///{tempfile.mkdtemp(prefix='brainhands-demo-')}/store.db"

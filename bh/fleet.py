@@ -3,9 +3,14 @@ the chaos harness, the demo and the benchmarks."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import subprocess
+import time
 from pathlib import Path
+
+import httpx
 
 
 class Fleet:
@@ -49,3 +54,15 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+async def until_up(url: str) -> None:
+    """Wait (up to a minute) until ``url`` answers 200."""
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=1) as client:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{url} did not answer")

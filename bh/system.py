@@ -110,7 +110,7 @@ def up(
     _retire_extra(place, {c.name for c in wanted})
     _await_health(place, wanted)
     if brains:
-        _await_routes(env["BH_REDIS_URL"], namespace)
+        await_routes(env["BH_REDIS_URL"], namespace)
     exports = {
         "BH_STORE_URL": env["BH_STORE_URL"],
         "BH_NAMESPACE": namespace,
@@ -197,7 +197,7 @@ def _await_health(place: Layout, components: list[Component]) -> None:
             time.sleep(0.2)
 
 
-def _await_routes(redis_url: str, namespace: str) -> None:
+def await_routes(redis_url: str, namespace: str) -> None:
     """Brains take wakes once they advertised what they run: wait for the first."""
     import redis
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 
@@ -54,3 +54,33 @@ def stop_on_signals(server: Any, stopping: Callable[[], None] = lambda: None) ->
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """``async with serving(app) as base_url:`` — uvicorn on this event loop (port 0: a free
+    one), stopped at the end; for in-process servers of tests and harnesses."""
+    import uvicorn
+
+    port = port or free_port(host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    running = uvicorn.Server(config)
+    task = asyncio.create_task(running.serve())
+    while not running.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        running.should_exit = True
+        await task
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now (for a server about to listen on it)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])

@@ -1,4 +1,5 @@
-"""The README's main command works: ``bh demo`` recovers the five emails after a kill."""
+"""The README's main command works: ``bh demo`` (the whole system) and ``bh demo --embedded``
+recover the five emails after the kills."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from tests.support.images import tool_images
 from tests.support.processes import ROOT
 
 
-def test_bh_demo_shows_reuse_verification_and_execution(tmp_path: Path) -> None:
+def test_bh_demo_embedded_shows_reuse_verification_and_execution(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/demo.db"
     result = subprocess.run(
-        [sys.executable, "-m", "bh.cli", "demo", "--store", f"sqlite:///{tmp_path}/demo.db"],
+        [sys.executable, "-m", "bh.cli", "demo", "--embedded", "--store", store],
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "120"},
         capture_output=True,
@@ -41,26 +43,30 @@ def test_bh_demo_shows_reuse_verification_and_execution(tmp_path: Path) -> None:
 @pytest.mark.docker
 @pytest.mark.nats
 @pytest.mark.slow
-def test_bh_demo_hands_runs_the_tool_sandboxed_and_recovers_both_kills(tmp_path: Path) -> None:
+def test_bh_demo_runs_the_whole_system_and_recovers_both_kills(tmp_path: Path) -> None:
+    """Scheduler, Session API, Hands API, Brains and Hands as processes; brain-1 dies after
+    relaying email 4, hands-1 while email 4's container waits; brain-2 and hands-2 finish."""
     tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
     result = subprocess.run(
-        [sys.executable, "-m", "bh.cli", "demo", "--hands"],
+        [sys.executable, "-m", "bh.cli", "demo", "--store", f"sqlite:///{tmp_path}/demo.db"],
         cwd=ROOT,
-        env={**os.environ, "COLUMNS": "120"},
+        env={**os.environ, "COLUMNS": "160"},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = re.findall(r"│ (\d) │ (\S+) +│ (\w+) +│ (bh-op-\S+)", result.stdout)
-    assert [(n, recovery) for n, _, recovery, _ in rows] == [
-        ("1", "reused"),
-        ("2", "reused"),
-        ("3", "reused"),
-        ("4", "verified"),
-        ("5", "executed"),
-    ]
-    assert "Brain #1 killed with SIGKILL" in result.stdout
-    assert "Hands #1 killed with SIGKILL while container" in result.stdout
+    row = r"│ (\d) │ \S+ +│ (\w+) +│ (brain-\d) +│ bh-op-\S+ (?:\(query\))? +│ (hands-\d) +│ "
+    row += r"(brain-\d)"
+    rows = re.findall(row, result.stdout)
+    assert rows == [
+        ("1", "reused", "brain-1", "hands-1", "brain-1"),
+        ("2", "reused", "brain-1", "hands-1", "brain-1"),
+        ("3", "reused", "brain-1", "hands-1", "brain-1"),
+        ("4", "verified", "brain-1", "hands-2", "brain-2"),
+        ("5", "executed", "brain-2", "hands-2", "brain-2"),
+    ], result.stdout
+    assert "brain-1 killed with SIGKILL right after relaying email 4" in result.stdout
+    assert "hands-1 killed with SIGKILL while container" in result.stdout
     assert "Each email sent exactly once: yes; requested exactly once: yes" in result.stdout
