@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -76,4 +77,10 @@ class PhaseContext:
     @property
     def cancelled_operation(self) -> Operation | None:
         """The operation whose call was in flight when this phase was cancelled."""
+        return self._operations.cancelled
+
+    async def record_cancelled_call(self) -> Operation | None:
+        """This phase's task was cancelled: record its in-flight call, if any, as
+        uncertain, and return it."""
+        await asyncio.shield(self._operations.mark_cancelled())
         return self._operations.cancelled

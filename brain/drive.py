@@ -68,6 +68,8 @@ class Drive:
         self.inflight: dict[str, asyncio.Task[None]] = {}
         self.handlers: dict[str, asyncio.Future[PhaseOutcome]] = {}
         self.cancel_notes: dict[str, str] = {}
+        #: tasks whose running phase was stopped because their cancellation was committed
+        self.stopped: set[str] = set()
         self.refused: dict[str, ErrorInfo] = {}
         self.plan = planner.Plan()
         #: awaited operations without a result at the last planning pass
@@ -300,9 +302,9 @@ class Drive:
         try:
             return await running
         except asyncio.CancelledError:
-            if not running.cancelled():
-                raise
-            cancelled = context.cancelled_operation
+            if not running.cancelled() or task.id not in self.stopped:
+                raise  # the drive is abandoned (lease lost, shutdown): decide nothing
+            cancelled = await context.record_cancelled_call()
             if cancelled is not None:
                 self.cancel_notes[task.id] = (
                     f"operation {cancelled.operation_id} ({cancelled.tool}) was in flight "
@@ -399,6 +401,7 @@ class Drive:
         """Tell active phases of tasks whose cancellation was just committed to stop."""
         for task_id, running in list(self.handlers.items()):
             if self.handle.state.tasks[task_id].cancel_requested:
+                self.stopped.add(task_id)
                 running.cancel()
 
     async def _facts(self) -> planner.Facts:

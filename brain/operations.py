@@ -329,8 +329,10 @@ class Operations:
             await self._finish(record, None, error.info())
             raise
         except asyncio.CancelledError:
+            # The drive decides what this means: a cancelled task records the call as
+            # uncertain (``mark_cancelled``); an abandoned drive, like a crash, leaves the
+            # attempt to the next holder's recovery.
             self.cancelled = record
-            await asyncio.shield(self._mark_cancelled(record))
             raise
         finally:
             services.inflight.discard(op_id)
@@ -393,7 +395,12 @@ class Operations:
             )
         return reason
 
-    async def _mark_cancelled(self, record: Operation) -> None:
+    async def mark_cancelled(self) -> None:
+        """The task was cancelled while ``cancelled``'s call was in flight: record that
+        whether it happened is unknown (an operator decides)."""
+        record = self.cancelled
+        if record is None:
+            return
         reason = (
             f"cancelled while the call to {record.tool} was in flight; whether it "
             "happened is unknown"

@@ -4,7 +4,9 @@ when cancelled mid-call, and park with a typed record (issue 6, defects 3, 9 and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,10 @@ import pytest
 
 from brain.agent import agent_kinds
 from brain.context import PhaseContext
+from brain.embedded import run_until_idle
 from brain.outcome import Done, Retry
 from brain.registry import Registry
-from brain.tools import ToolSpec
+from brain.tools import QueryAnswer, ToolSpec
 from contracts import (
     BrainhandsError,
     Entry,
@@ -127,6 +130,43 @@ async def test_cancelling_during_a_call_records_the_operation_and_names_it(tmp_p
         assert operation.status is OperationStatus.UNCERTAIN and operation.task_id == "root.r1"
         assert operation.reason is not None and "cancel" in operation.reason
         assert task.reason is not None and operation.operation_id in task.reason
+
+
+async def test_a_drive_abandoned_during_a_call_leaves_the_operation_to_recovery(
+    tmp_path: Path,
+) -> None:
+    """A Brain that loses its lease drops the drive mid-call (the task was not
+    cancelled): like a crash, nothing is decided for the operation. The next holder
+    recovers it by the tool's policy — here it verifies the send by operation id and
+    finds it — instead of finding it parked as uncertain for an operator."""
+    sent: list[str] = []
+    inside = asyncio.Event()
+
+    async def send(args: dict[str, Any], operation_id: str) -> Any:
+        sent.append(operation_id)  # accepted by the provider, the answer never comes back
+        inside.set()
+        await asyncio.sleep(3600)
+
+    async def query(args: dict[str, Any], operation_id: str) -> QueryAnswer:
+        return QueryAnswer(found=operation_id in sent, output={"id": operation_id})
+
+    registry = Registry()
+    registry.add(mail_kind())
+    async with kernel(tmp_path, registry) as k:
+        spec = ToolSpec(name="send", replay=ReplayPolicy.UNSAFE, timeout=timedelta(seconds=60))
+        k.tools.register(spec, send, query=query)
+        await k.submit_task("mail")
+        first = asyncio.create_task(k.runner("brain-1").drive("s1", fence=1))
+        await asyncio.wait_for(inside.wait(), 10)
+        first.cancel()  # what BrainService does when the lease is lost
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        (operation,) = await k.store.list_operations("s1")
+        assert operation.status is OperationStatus.RUNNING, operation.reason
+        await run_until_idle(k.runner("brain-2"), "s1")
+        task = await k.task("root.r1")
+        assert task.outcome is Outcome.SUCCEEDED, task
+        assert sent == [operation.operation_id]  # verified, not sent again
 
 
 async def test_a_parked_task_says_so_in_a_typed_field(tmp_path: Path) -> None:
