@@ -1,18 +1,24 @@
 """``bh chaos``: the whole system under a seeded schedule of faults, then the invariants.
 
 It starts the scheduler, the Session API, Brain workers and Hands (process sandbox) as
-separate processes on the dev infrastructure, submits sessions of the chaos workload
-(``examples.chaos``: sequential sandboxed calls with durable sleeps, a deliberately
-failing call, fan-out subtasks) through the Session API — retrying with the same
-``request_id`` when the API is down —, and meanwhile injects faults drawn from the seed:
-SIGKILL a Brain (restarted), SIGSTOP a Brain past its lease then SIGCONT it, SIGKILL a
-Hands (restarted), restart nats-server, FLUSHALL Redis, kill and restart the scheduler
-and the Session API. Then it reads the store and the tool's ledger and reports, per run:
-sessions submitted / completed / failed (with reason) / stuck; executions per operation;
-applications per operation; commits refused by fencing vs stale-fence commits accepted.
-Any violation — a lost submission, a stuck session, an operation executed or applied
-twice, a stale-fence commit accepted — makes the run (and the command) fail. The seed
-and the schedule are printed, so a failing run can be replayed.
+separate processes on the dev infrastructure, with the scripted model and the example
+email service served in this process (``bh.chaos_services``). It submits sessions
+through the Session API — retrying with the same ``request_id`` when the API is down —
+of two families: agent sessions, where the scripted model answers after a delay and
+calls ``count`` on the Hands, the five-emails batch (subtasks; ``send_email`` runs in
+the Brain), ``count`` again, then answers; and task sessions of ``examples.chaos``
+(sequential sandboxed calls with durable sleeps, a deliberately failing call, fan-out
+subtasks). Meanwhile it injects faults drawn from the seed: SIGKILL a Brain at a random
+moment, or while it is inside a model call or an email send (found by the call's client
+port), SIGSTOP a Brain past its lease then SIGCONT it, SIGKILL a Hands, restart
+nats-server, FLUSHALL Redis, kill and restart the scheduler and the Session API; every
+killed process is restarted. Then it reads the store, the ``count`` ledger and the email
+service's ledger and reports, per run: sessions submitted / completed / failed (with
+reason) / stuck; executions per operation; applications per operation; drives dropped
+by fencing vs stale-fence commits accepted. Any violation — a lost submission, a stuck
+session, an operation executed or applied twice, an email sent again after it was
+accepted, a stale-fence commit accepted — makes the run (and the command) fail. The
+seed and the schedule are printed, so a failing run can be replayed.
 """
 
 from __future__ import annotations
@@ -37,9 +43,18 @@ import redis.asyncio
 import typer
 from rich.console import Console
 
+from bh.chaos_services import (
+    EMAIL_SEND,
+    MODEL_CALL,
+    ChaosServices,
+    InFlight,
+    chaos_services,
+    owner_of,
+)
 from bh.fleet import Fleet, until_up
 from contracts import CommitRecord, ReplayPolicy
 from contracts.tool import ToolDefinition
+from examples.emails.wire import Ledger
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from webapi.server import free_port
@@ -47,6 +62,8 @@ from webapi.server import free_port
 console = Console()
 FAULTS = (
     "kill_brain",
+    "kill_brain_mid_model",
+    "kill_brain_mid_tool",
     "stop_brain",
     "kill_hands",
     "restart_nats",
@@ -93,6 +110,11 @@ class ChaosReport:
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
     """One seeded run; the report lists every violation found."""
+    async with chaos_services() as services:
+        return await _run(config, services)
+
+
+async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
     rng = random.Random(config.seed)
     report = ChaosReport(seed=config.seed)
     work = config.work / f"run-{config.seed}-{uuid.uuid4().hex[:6]}"
@@ -112,6 +134,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         "BH_HANDS_PROCESS_ROOT": str(work / "runs"),
         "BH_HANDS_ACK_WAIT": "5",
         "BH_HANDS_SECRET": secrets.token_hex(16),
+        **services.brain_env(),
     }
     store = await open_store(store_url)
     await store.tools.register(_count_tool(ledger))
@@ -123,7 +146,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         await until_up(f"{api}/healthz")
         every_kind = asyncio.Event()
         submitting = asyncio.create_task(_submit_all(api, token, config, rng, report))
-        faults = asyncio.create_task(_inject(fleet, config, rng, report, env, every_kind))
+        faults = asyncio.create_task(_inject(fleet, services, config, rng, report, env, every_kind))
         await submitting
         await asyncio.wait_for(every_kind.wait(), config.deadline)
         await _settle(store, config, report)
@@ -133,7 +156,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
     finally:
         fleet.stop_all()
     report.fenced_refusals = await asyncio.to_thread(_fenced_in_logs, work)
-    await _check(store, ledger, config, report)
+    await _check(store, ledger, services.ledger(), config, report)
     await store.close()
     return report
 
@@ -145,6 +168,7 @@ def _argv(config: ChaosConfig, port: int) -> dict[str, list[str]]:
         "session-api": [python, "-m", "session_api", "--port", str(port)],
     }
     brain = [python, "-m", "brain", "worker", "--plugin", "examples.chaos.workload:plugin"]
+    brain += ["--plugin", "examples.emails.tasks:plugin"]
     brain += ["--sandboxed", "count", "--lease-seconds", str(LEASE_SECONDS)]
     for n in range(1, config.brains + 1):
         argv[f"brain-{n}"] = brain
@@ -174,7 +198,9 @@ def _count_tool(ledger: Path) -> ToolDefinition:
 
 
 def _workload(rng: random.Random, number: int) -> dict[str, Any]:
-    shape = rng.choice(["short", "long", "sleepy", "failing", "fanout"])
+    shape = rng.choice(["agent"] * 3 + ["short", "long", "sleepy", "failing", "fanout"])
+    if shape == "agent":  # model rounds: count (Hands), five emails (Brain), count, answer
+        return {"request_id": f"r{number}", "input": {"text": "Count, then notify all five."}}
     if shape == "short":
         task = {"kind": "steps", "input": {"n": 2, "seconds": 0.1}}
     elif shape == "long":
@@ -210,6 +236,7 @@ async def _submit_all(
 
 async def _inject(
     fleet: Fleet,
+    services: ChaosServices,
     config: ChaosConfig,
     rng: random.Random,
     report: ChaosReport,
@@ -218,17 +245,24 @@ async def _inject(
 ) -> None:
     started = time.monotonic()
     order = list(config.faults)
-    rng.shuffle(order)  # every kind once first, then drawn at random
+    rng.shuffle(order)  # every kind once first, then drawn at random;
+    order.sort(key=lambda kind: "_mid_" not in kind)  # kills inside calls while work flows
     brains = [n for n in fleet.argv if n.startswith("brain-")]
     hands = [n for n in fleet.argv if n.startswith("hands-")]
+    killed_rounds: set[str] = set()
     while True:
         await asyncio.sleep(config.fault_every * rng.uniform(0.5, 1.5))
-        fault = order.pop(0) if order else rng.choice([*config.faults, *["kill_brain"] * 3])
+        more_kills = ["kill_brain", "kill_brain_mid_model", "kill_brain_mid_tool"]
+        fault = order.pop(0) if order else rng.choice([*config.faults, *more_kills])
         target = ""
         if fault == "kill_brain":
             target = rng.choice(brains)
             fleet.kill(target)
             fleet.start(target)
+        elif fault in ("kill_brain_mid_model", "kill_brain_mid_tool"):
+            watched = services.model if fault == "kill_brain_mid_model" else services.email
+            call = MODEL_CALL if fault == "kill_brain_mid_model" else EMAIL_SEND
+            target = await _kill_in_call(fleet, brains, watched, call, rng, killed_rounds)
         elif fault == "stop_brain":
             target = rng.choice(brains)
             fleet.signal(target, signal.SIGSTOP)
@@ -255,9 +289,42 @@ async def _inject(
             fleet.kill(target)
             fleet.start(target)
         report.schedule.append((round(time.monotonic() - started, 2), fault, target))
-        kills = sum(1 for _, kind, _ in report.schedule if kind == "kill_brain")
+        kills = sum(1 for _, kind, _ in report.schedule if kind.startswith("kill_brain"))
         if not order and kills >= config.brain_kills:
             every_kind.set()
+
+
+async def _kill_in_call(
+    fleet: Fleet,
+    brains: list[str],
+    watched: InFlight,
+    call: str,
+    rng: random.Random,
+    killed: set[str],
+) -> str:
+    """SIGKILL (and restart) a Brain while it is inside ``call``: the first one seen in
+    it within 30 s; a random Brain, said so, when none is."""
+    by_pid = {fleet.processes[name].pid: name for name in brains}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for port, request_id in watched.calls(call):
+            # A model call is named task.round.attempt: kill each round once, so the
+            # kills do not add up to the crash limit that fails a phase on purpose.
+            round_ = request_id.rpartition(".a")[0]
+            if round_ and round_ in killed:
+                continue
+            owner = await asyncio.to_thread(owner_of, port)
+            name = by_pid.get(owner) if owner is not None else None
+            if name is not None:
+                fleet.kill(name)
+                fleet.start(name)
+                killed.add(round_)
+                return f"{name} (in {call} {request_id})".rstrip()
+        await asyncio.sleep(0.05)
+    name = rng.choice(brains)
+    fleet.kill(name)
+    fleet.start(name)
+    return f"{name} (nothing in {call} for 30 s: killed anyway)"
 
 
 async def _settle(store: SessionStore, config: ChaosConfig, report: ChaosReport) -> None:
@@ -273,7 +340,7 @@ async def _settle(store: SessionStore, config: ChaosConfig, report: ChaosReport)
 
 
 async def _check(
-    store: SessionStore, ledger: Path, config: ChaosConfig, report: ChaosReport
+    store: SessionStore, ledger: Path, emails: Ledger, config: ChaosConfig, report: ChaosReport
 ) -> None:
     for n in range(config.sessions):
         session_id, request_id = f"s{n}", f"r{n}"
@@ -292,6 +359,14 @@ async def _check(
         await _check_log(store, session_id, report)
         report.violations += await _unexpected_failures(store, session_id)
     report.executions.update(await asyncio.to_thread(_ledger, ledger))
+    # the email service keeps each operation's message once; a second POST of an
+    # operation it had already accepted is a send repeated without verifying first
+    report.executions.update(message.operation_id for message in emails.messages)
+    report.violations += [
+        f"email sent again after it was accepted: {op} ({count} requests)"
+        for op, count in emails.requests.items()
+        if count > 1
+    ]
     twice = [op for op, count in report.executions.items() if count > 1]
     applied_twice = [op for op, count in report.applications.items() if count > 1]
     report.violations += [f"lost submission {s}" for s in report.lost]

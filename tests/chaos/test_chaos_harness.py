@@ -26,6 +26,8 @@ async def test_a_seeded_run_with_every_fault_kind_has_no_violation(
     assert {fault for _, fault, _ in report.schedule} == set(FAULTS)
     if in_ci():  # the dev stack's nats-server is ours to restart there
         assert all(t == "ok" for _, f, t in report.schedule if f == "restart_nats")
+    for kind in ("kill_brain_mid_model", "kill_brain_mid_tool"):  # one each inside a call
+        assert any(f == kind and "(in POST" in t for _, f, t in report.schedule), kind
     assert report.ok, report.violations
     assert report.submitted == 10 and report.completed + len(report.failed) == 10
     assert sum(report.executions.values()) == len(report.executions) > 0
