@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pydantic import JsonValue
+
 from brain import decide
 from brain.builder import CommitBuilder
 from brain.outcome import TaskSpec
@@ -91,8 +93,7 @@ def _root_spec(submission: Submission, root_kind: str) -> TaskSpec:
             id=task_id, kind=requested.kind, version=requested.version, input=requested.input
         )
     text = given.text if isinstance(given, TextInput) else given
-    return TaskSpec(
-        id=task_id,
-        kind=root_kind,
-        input={"conversation_id": submission.conversation_id, "text": text},
-    )
+    fields: dict[str, JsonValue] = {"conversation_id": submission.conversation_id, "text": text}
+    if isinstance(given, TextInput) and given.model is not None:
+        fields["model"] = given.model  # routing: only a Brain with this model drives it
+    return TaskSpec(id=task_id, kind=root_kind, input=fields)

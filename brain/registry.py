@@ -109,8 +109,17 @@ class Registry:
         return Resolution(kind=kind, migrations=tuple(chain))
 
     def compatibility(self) -> tuple[str, ...]:
-        """The kinds and versions this Brain can run, e.g. ``("agent@1", "tool-call@1")``."""
-        return tuple(sorted(kind.key for kind in self._kinds.values()))
+        """The kinds and versions this Brain can run, e.g. ``("agent@1", "tool-call@1")``:
+        its own, and every older version a chain of migrations leads to one of them."""
+        runs = {kind.key for kind in self._kinds.values()}
+        for name, version in self._migrations:
+            seen, at = set(), version
+            while (name, at) in self._migrations and at not in seen:
+                seen.add(at)
+                at = self._migrations[(name, at)].to_version
+            if (name, at) in self._kinds:
+                runs.add(f"{name}@{version}")
+        return tuple(sorted(runs))
 
     def _why_blocked(self, task: Task) -> str:
         here = [kind.key for kind in self._kinds.values() if kind.name == task.kind]

@@ -37,6 +37,9 @@ class TextInput(Frozen):
     """A message for the session's agent: ``{"text": "..."}`` (or just the string)."""
 
     text: str
+    #: the model configuration that must answer (a Brain offers its model by name);
+    #: None: any Brain with a model
+    model: str | None = None
 
 
 class TaskInput(Frozen):

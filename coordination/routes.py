@@ -18,13 +18,20 @@ from collections.abc import Iterable
 
 from redis.asyncio import Redis
 
-from contracts import CONTROL_DOCUMENT, StoreUnavailable, SubmissionStatus, TaskInput
+from contracts import CONTROL_DOCUMENT, StoreUnavailable, SubmissionStatus, TaskInput, TextInput
 from session_store import SessionState, SessionStore
 from session_store.intake import read_input
 from session_store.submissions import SessionClient
 
 #: A Brain's advertisement lives this long unless renewed.
 ADVERTISEMENT_S = 15.0
+#: What a Brain with any model offers; a task that needs a model but names none needs it.
+ANY_MODEL = "model:any"
+
+
+def model_offers(model: str | None) -> tuple[str, ...]:
+    """What a Brain whose model configuration is ``model`` offers besides its kinds."""
+    return (ANY_MODEL, f"model:{model}") if model else ()
 
 
 def route_of(compatibility: Iterable[str]) -> str:
@@ -67,10 +74,20 @@ class Routes:
 class SessionRouter:
     """Which route may take a wake of a session; None (and a report) when none can."""
 
-    def __init__(self, store: SessionStore, routes: Routes, *, text_kind: str = "agent@1") -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        routes: Routes,
+        *,
+        text_kind: str = "agent@1",
+        model_kinds: frozenset[str] = frozenset({"agent"}),
+    ) -> None:
+        """``model_kinds``: task kinds that call the model, so need a Brain with one (the
+        model their input names, if it names one)."""
         self._store = store
         self._routes = routes
         self._text_kind = text_kind
+        self._model_kinds = model_kinds
         self._client = SessionClient(store)
 
     async def __call__(self, session_id: str) -> str | None:
@@ -97,21 +114,25 @@ class SessionRouter:
     def needed(self, state: SessionState) -> dict[str, str]:
         """What must be runnable: open task id → kind@version, and for a submission not
         yet turned into a task, ``submission <request_id>`` → its root task's kind."""
-        needed = {
-            task.id: f"{task.kind}@{task.version}"
-            for task in state.tasks.values()
-            if not task.is_terminal
-        }
+        needed = {}
+        for task in state.tasks.values():
+            if task.is_terminal:
+                continue
+            needed[task.id] = f"{task.kind}@{task.version}"
+            if task.kind in self._model_kinds:
+                named = task.input.get("model") if isinstance(task.input, dict) else None
+                needed[f"{task.id} model"] = f"model:{named}" if named else ANY_MODEL
         for submission in state.submissions.values():
             if submission.status is not SubmissionStatus.ACCEPTED:
                 continue
+            what = f"submission {submission.request_id}"
             given = read_input(submission.input)
-            key = (
-                f"{given.task.kind}@{given.task.version}"
-                if isinstance(given, TaskInput)
-                else self._text_kind
-            )
-            needed[f"submission {submission.request_id}"] = key
+            if isinstance(given, TaskInput):
+                needed[what] = f"{given.task.kind}@{given.task.version}"
+                continue
+            needed[what] = self._text_kind
+            named = given.model if isinstance(given, TextInput) else None
+            needed[f"{what} model"] = f"model:{named}" if named else ANY_MODEL
         return needed
 
 

@@ -1,0 +1,79 @@
+"""Routing by what a Brain offers beyond its task kinds (invariant 10): the versions it
+can migrate, and its model configuration. An agent session needs a Brain with a model
+(the one its submission names, if any); a Brain without one never takes it, and the
+session says why it waits."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+
+from brain.outcome import Done
+from brain.registry import Migration, Registry, TaskKind
+from coordination.routes import Routes, SessionRouter, model_offers, route_of
+from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
+from tests.support.services import require
+
+pytestmark = pytest.mark.redis
+
+
+async def _done(ctx: object) -> Done:
+    return Done(result=None)
+
+
+def test_a_brain_offers_the_versions_it_can_migrate() -> None:
+    registry = Registry()
+    registry.add(TaskKind(name="job", version=3, phases={"start": _done}))
+    registry.add_migration(Migration("job", 1, 2, lambda task: task))
+    registry.add_migration(Migration("job", 2, 3, lambda task: task))
+    registry.add_migration(Migration("gone", 1, 2, lambda task: task))  # leads nowhere
+    assert registry.compatibility() == ("job@1", "job@2", "job@3")
+
+
+def test_a_model_is_offered_by_name_and_as_any() -> None:
+    assert model_offers("qwen-max") == ("model:any", "model:qwen-max")
+    assert model_offers(None) == ()
+
+
+@pytest.fixture
+async def setting(tmp_path: Path) -> AsyncIterator[tuple[SessionStore, Routes]]:
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    client = redis.asyncio.Redis.from_url(require("BH_REDIS_URL", "Redis"))
+    try:
+        yield store, Routes(client, prefix=f"t{uuid.uuid4().hex[:8]}")
+    finally:
+        await client.aclose()
+        await store.close()
+
+
+async def test_an_agent_session_goes_only_to_a_brain_with_a_model(
+    setting: tuple[SessionStore, Routes],
+) -> None:
+    store, routes = setting
+    router = SessionRouter(store, routes)
+    await SessionClient(store).submit("s1", "r1", {"text": "hello"})
+    await routes.advertise(["agent@1", "tool-call@1"])  # a Brain without a model
+    assert await router("s1") is None
+    blocked = (await store.session("s1")).state.documents["control"].body
+    assert isinstance(blocked, dict)
+    assert "model:any" in str(blocked["blocked"])
+    with_model = await routes.advertise(["agent@1", "tool-call@1", *model_offers("m1")])
+    assert await router("s1") == with_model
+
+
+async def test_a_submission_naming_a_model_waits_for_a_brain_with_that_model(
+    setting: tuple[SessionStore, Routes],
+) -> None:
+    store, routes = setting
+    router = SessionRouter(store, routes)
+    await SessionClient(store).submit("s2", "r1", {"text": "hello", "model": "big"})
+    await routes.advertise(["agent@1", "tool-call@1", *model_offers("small")])
+    assert await router("s2") is None
+    big = await routes.advertise(["agent@1", "tool-call@1", *model_offers("big")])
+    assert big == route_of(["agent@1", "tool-call@1", "model:any", "model:big"])
+    assert await router("s2") == big
