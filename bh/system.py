@@ -37,6 +37,7 @@ from bh.devstack.process import (
     stop,
     write_pidfile,
 )
+from bh.example_stack import EXAMPLES, five_emails, register_tools
 
 console = Console()
 SESSION_API_PORT = 8460
@@ -90,6 +91,10 @@ def up(
     sandbox: Annotated[str, typer.Option(help="the Hands' sandbox: docker or process")] = "docker",
     namespace: Annotated[str, typer.Option(help="bus and Redis prefix")] = "bh",
     infra: Annotated[bool, typer.Option(help="run `bh dev up` first")] = True,
+    example: Annotated[
+        str | None,
+        typer.Option(help="also run an example's services and tools: five-emails"),
+    ] = None,
 ) -> None:
     """Start the whole system on this machine (idempotent) and print its status."""
     place = layout()
@@ -100,7 +105,18 @@ def up(
     env["BH_HANDS_SANDBOX"] = sandbox
     env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
     env |= _secrets(place)
-    wanted = _components(brains, hands, plugin or [], sandboxed or [], sandbox)
+    plugins, tools, extra = list(plugin or []), list(sandboxed or []), []
+    if example is not None:
+        if example not in EXAMPLES:
+            raise typer.BadParameter(f"unknown example {example!r} (known: {EXAMPLES})")
+        chosen = five_emails(place.root, env)
+        env |= chosen.env
+        plugins += chosen.plugins
+        tools += chosen.sandboxed
+        extra = [Component(name, argv, health) for name, (argv, health) in chosen.services.items()]
+        docker_url = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        console.print(f"registered {register_tools(env['BH_STORE_URL'], docker_url)}")
+    wanted = extra + _components(brains, hands, plugins, tools, sandbox)
     for component in wanted:
         record = read_pidfile(place.pidfile(component.name))
         if record is not None and is_running(record):
@@ -234,19 +250,25 @@ def _show(place: Layout) -> None:
 
 
 def _secrets(place: Layout) -> dict[str, str]:
-    """API tokens and the Hands' proxy secret: made once, kept (0600) beside the pids."""
-    if place.secrets_file.exists():
-        saved: dict[str, str] = json.loads(place.secrets_file.read_text())
-        return saved
+    """API tokens, the Hands' proxy secret and the examples' tokens: made once, kept
+    (0600) beside the pids; one missing from an older file is added."""
+    saved: dict[str, str] = (
+        json.loads(place.secrets_file.read_text()) if place.secrets_file.exists() else {}
+    )
     made = {
         "BH_SESSION_API_TOKEN": secrets.token_urlsafe(24),
         "BH_HANDS_API_TOKEN": secrets.token_urlsafe(24),
         "BH_HANDS_SECRET": secrets.token_hex(32),
+        "BH_EMAIL_SERVICE_TOKEN": secrets.token_urlsafe(24),
+        "BH_SCRIPTED_MODEL_TOKEN": secrets.token_urlsafe(24),
     }
-    descriptor = os.open(place.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if made.keys() <= saved.keys():
+        return saved
+    kept = made | saved
+    descriptor = os.open(place.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:
-        json.dump(made, file)
-    return made
+        json.dump(kept, file)
+    return kept
 
 
 def dev_up() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.images import tool_images
 from tests.support.processes import ROOT
 from tests.support.services import require
 
@@ -68,3 +69,39 @@ def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
     assert "terminated" in stopped.stdout
     listed = bh("ps", env=env)
     assert "running" not in listed.stdout.replace("not running", "")
+
+
+@pytest.mark.docker
+def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) -> None:
+    """``bh up --example five-emails``: the example's email service and model beside the
+    system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``."""
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
+    env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "200"}
+    for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN"):
+        env.pop(name, None)
+    started = bh(
+        "up",
+        *("--brains", "1", "--hands", "1", "--no-infra", "--namespace", "sysfive"),
+        *("--example", "five-emails"),
+        env=env,
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "registered send_email@1" in started.stdout
+        for line in (tmp_path / "dev" / "system" / "env").read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip("'")
+        text = "Send the approved maintenance notice to our five customers."
+        submitted = bh("submit", "five", text, "--request-id", "notify-1", env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        again = bh("submit", "five", text, "--request-id", "notify-1", env=env)
+        assert "already submitted" in again.stdout
+        deadline = time.monotonic() + 90
+        while "answered" not in (shown := bh("show", "five", env=env)).stdout:
+            assert time.monotonic() < deadline, shown.stdout + shown.stderr
+            time.sleep(1)
+        assert shown.stdout.count("send_email@1") == 5
+    finally:
+        bh("down", env=env)
