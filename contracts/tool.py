@@ -57,6 +57,11 @@ ConfigName = Annotated[
 ]
 
 
+#: The exit status of a tool that cannot tell whether its action happened (e.g. the
+#: response was lost): the outcome is unknown, not failed (EX_TEMPFAIL).
+EXIT_UNKNOWN = 75
+
+
 class Termination(StrEnum):
     """Why a sandboxed run ended, as the executor observed it."""
 

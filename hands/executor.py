@@ -56,6 +56,7 @@ from contracts import (
 )
 from contracts.arguments import argument_problem
 from contracts.tool import (
+    EXIT_UNKNOWN,
     MAX_ARGUMENT_BYTES,
     Dispatch,
     DispatchMode,
@@ -70,9 +71,6 @@ from session_store import SessionStore
 
 log = logging.getLogger(__name__)
 
-#: A tool exits with this status (EX_TEMPFAIL) when it cannot tell whether its action
-#: happened (e.g. the response was lost): the outcome is unknown, not failed.
-EXIT_UNKNOWN = 75
 #: Starts of one operation before an unknown outcome is left to an operator.
 MAX_ATTEMPTS = 3
 

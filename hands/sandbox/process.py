@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts import NotFound
-from contracts.tool import DispatchMode, Termination
+from contracts.tool import EXIT_UNKNOWN, DispatchMode, Termination
 from hands.sandbox import (
     OwnedRun,
     RunOutcome,
@@ -41,9 +41,18 @@ _TAIL = 8 * 1024
 class ProcessSandbox:
     """Runs each tool's ``command`` (which must be set) as a process on this host."""
 
-    def __init__(self, root: Path, *, grace: timedelta = timedelta(seconds=1)) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        grace: timedelta = timedelta(seconds=1),
+        start_grace: timedelta = timedelta(seconds=10),
+    ) -> None:
+        """``start_grace``: how long a run found mid-start (its executor died before the
+        detached wrapper recorded the pid) may take to record it."""
         self.root = root
         self.grace = grace
+        self.start_grace = start_grace
         root.mkdir(parents=True, exist_ok=True)
 
     async def run(self, spec: RunSpec) -> RunOutcome:
@@ -66,25 +75,30 @@ class ProcessSandbox:
                 self._stop(where)
                 break
             if not _alive(where):
-                break
+                if (where / "pid").exists() or (where / "exit").exists():
+                    break
+                if datetime.now(UTC) > started + self.start_grace:
+                    return self._interrupted(name, started, reconnected)
             await asyncio.sleep(_POLL)
         return self._collect(where, name, started, termination, reconnected)
 
+    def _interrupted(self, name: str, started: datetime, reconnected: bool) -> RunOutcome:
+        """A start that never recorded its run: whether the action began is unknown."""
+        why = "its start was interrupted before the run was recorded; whether it began is unknown"
+        return RunOutcome(
+            termination=Termination.EXITED,
+            exit_code=EXIT_UNKNOWN,
+            output={"error": why},
+            container=name,
+            reconnected=reconnected,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            detail=why,
+        )
+
     def _start(self, spec: RunSpec, where: Path) -> None:
-        command = spec.tool.command
-        if not command:
-            raise NotFound(f"tool {spec.tool.ref} has no command for the process sandbox")
-        if spec.mode is DispatchMode.QUERY:
-            assert spec.tool.query is not None
-            command = spec.tool.query
+        _command(spec)  # refused before anything is created
         where.mkdir(parents=True)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "BH_OPERATION_ID": spec.operation_id,
-            "BH_ARGUMENTS": json.dumps(spec.args),
-            "BH_MODE": spec.mode.value,
-            **spec.tool.config,
-        }
         meta = {
             "started_at": datetime.now(UTC).isoformat(),
             "operation_id": spec.operation_id,
@@ -93,10 +107,20 @@ class ProcessSandbox:
             "deadline": (datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)).isoformat(),
         }
         (where / "meta.json").write_text(json.dumps(meta))
+        self._launch(spec, where)
+
+    def _launch(self, spec: RunSpec, where: Path) -> None:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "BH_OPERATION_ID": spec.operation_id,
+            "BH_ARGUMENTS": json.dumps(spec.args),
+            "BH_MODE": spec.mode.value,
+            **spec.tool.config,
+        }
         # The wrapper detaches (double fork, new session) and records its pid before this
         # returns: the run outlives this process, and is nobody's zombie.
         subprocess.run(
-            [sys.executable, "-m", "hands.sandbox.process", str(where), *command],
+            [sys.executable, "-m", "hands.sandbox.process", str(where), *_command(spec)],
             env={**env, "PYTHONPATH": os.pathsep.join(sys.path)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -193,6 +217,13 @@ class ProcessSandbox:
 
     async def close(self) -> None:
         return None
+
+
+def _command(spec: RunSpec) -> tuple[str, ...]:
+    command = spec.tool.query if spec.mode is DispatchMode.QUERY else spec.tool.command
+    if not command:
+        raise NotFound(f"tool {spec.tool.ref} has no {spec.mode.value} command for this sandbox")
+    return tuple(command)
 
 
 def _alive(where: Path) -> bool:

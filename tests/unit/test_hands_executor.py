@@ -6,6 +6,8 @@ count real executions, not calls.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -148,6 +150,55 @@ async def test_a_new_executor_reconnects_to_a_run_whose_executor_died(hands: Han
     assert hands.runs() == ["op-1"]
     final = await hands.store.get_operation("op-1")
     assert final is not None and final.attempts == claimed.attempts == 1
+
+
+async def _started_without_a_pid(hands: Hands, d: Dispatch) -> RunSpec:
+    """The first executor claimed the run and wrote its ``meta.json``, then died before
+    the detached wrapper recorded the run's pid (a start taking its time on a busy host)."""
+    await hands.executor("dead")._record(d)
+    record = await hands.store.get_operation("op-1")
+    definition = await hands.store.tools.get(d.tool, 1)
+    assert record is not None and definition is not None
+    await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    where = hands.sandbox.root / "bh-op-1"
+    where.mkdir(parents=True)
+    started = utcnow().isoformat()
+    meta = {"started_at": started, "operation_id": "op-1", "session_id": "s1"}
+    meta |= {"mode": "run", "deadline": (utcnow() + timedelta(seconds=20)).isoformat()}
+    (where / "meta.json").write_text(json.dumps(meta))
+    return RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
+
+
+async def test_a_run_whose_start_is_still_recording_its_pid_is_waited_for(
+    hands: Hands,
+) -> None:
+    """Found mid-start (no pid yet), the run is not taken for dead: the next executor
+    waits, and collects it once the wrapper is up and done."""
+    d = dispatch("queryable", sleep=0.2)
+    spec = await _started_without_a_pid(hands, d)
+    where = hands.sandbox.root / "bh-op-1"
+
+    async def late_wrapper() -> None:
+        await asyncio.sleep(0.5)
+        hands.sandbox._launch(spec, where)  # the wrapper of the first start, late
+
+    starting = asyncio.create_task(late_wrapper())
+    result = await hands.executor("b").handle(d)
+    await starting
+    assert result is not None and result.succeeded and result.path == "executed", result
+    assert hands.runs() == ["op-1"]
+
+
+async def test_a_start_that_never_recorded_a_pid_is_an_unknown_outcome(hands: Hands) -> None:
+    """No pid ever: whether the action began is unknown, so it is recovered by the tool's
+    policy (verified by its query here), never reported as a failure of the tool."""
+    hands.sandbox.start_grace = timedelta(milliseconds=300)
+    d = dispatch("queryable")
+    await _started_without_a_pid(hands, d)
+    hands.ledger.write_text("op-1\n")  # the action did happen
+    result = await hands.executor("b").handle(d)
+    assert result is not None and result.succeeded and result.path == "verified", result
+    assert hands.runs() == ["op-1"]
 
 
 async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation:
