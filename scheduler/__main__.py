@@ -9,16 +9,11 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Annotated
 
-import redis.asyncio
 import typer
 
-from bus import Bus, BusSettings
 from contracts import BrainhandsError
-from coordination.leases import RedisLeases
-from coordination.routes import Routes, SessionRouter
-from coordination.wakes import RQWakes
-from scheduler.service import Scheduler, SchedulerSettings
-from session_store import open_store
+from scheduler.assembly import Connections, build
+from scheduler.service import SchedulerSettings
 
 app = typer.Typer(add_completion=False)
 
@@ -38,44 +33,28 @@ def run(
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     every = timedelta(seconds=reconcile_seconds) if reconcile_seconds > 0 else None
+    connections = Connections(
+        store_url=store, redis_url=redis_url, nats_url=nats, namespace=namespace
+    )
     try:
-        asyncio.run(
-            _serve(store, redis_url, nats, namespace, SchedulerSettings(reconcile_every=every))
-        )
+        asyncio.run(_serve(connections, SchedulerSettings(reconcile_every=every)))
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
 
 
-async def _serve(
-    store_url: str, redis_url: str, nats: str | None, prefix: str, settings: SchedulerSettings
-) -> None:
+async def _serve(connections: Connections, settings: SchedulerSettings) -> None:
     async with AsyncExitStack() as resources:
-        store = await open_store(store_url)
-        resources.push_async_callback(store.close)
-        bus = None
-        if nats:
-            bus = await Bus.connect(BusSettings(url=nats, namespace=prefix), name="scheduler")
-            resources.push_async_callback(bus.close)
-        client = redis.asyncio.Redis.from_url(redis_url)
-        resources.push_async_callback(client.aclose)
-        wakes = RQWakes(
-            redis_url, prefix=prefix, router=SessionRouter(store, Routes(client, prefix=prefix))
-        )
-        resources.callback(wakes.close)
-        scheduler = Scheduler(
-            store=store,
-            bus=bus,
-            wakes=wakes,
-            leases=RedisLeases(client, prefix=prefix),
-            settings=settings,
-        )
+        scheduler = await build(connections, resources, settings)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(scheduler.run())
-        await stop.wait()
+        stopping = asyncio.create_task(stop.wait())
+        # a signal, or a loop's unexpected error (then re-raised by ``await running``)
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         await scheduler.shutdown()
         await running
 

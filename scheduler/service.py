@@ -7,7 +7,14 @@
 * **Reconciler.** On start and periodically, every active session of the store that no
   Brain holds is woken: whatever Redis or NATS lost — a wake, an unpublished outbox
   message (the drive relays it), a lease whose holder died — is found again from the
-  store. Several schedulers may run at once: every effect is a coalesced wake.
+  store.
+
+Several schedulers may run at once without double effects: they share one durable
+consumer (each result event goes to one of them), a due timer is popped atomically by
+one of them, a pass of the reconciler is taken in turn (``scheduler.turns``: one pass
+per period across all of them, plus one by each scheduler as it starts), and every
+effect is a coalesced wake anyway — what a wake leads to is applied once by the store,
+under the lease's fence.
 """
 
 from __future__ import annotations
@@ -15,6 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -29,17 +40,27 @@ from contracts.model import Frozen
 from contracts.tool import ResultEvent
 from coordination.protocols import LeaseStore
 from coordination.wakes import RQWakes
+from scheduler.turns import Turns
 from session_store import SessionStore
 
 log = logging.getLogger(__name__)
 
 CONSUMER = "scheduler"
+#: the reconciler's turn lapses a little before the next period, so the scheduler that
+#: took it can take it again on time
+_TURN_SHARE = 0.9
 
 
 class SchedulerSettings(Frozen):
     timer_every: timedelta = timedelta(milliseconds=250)
     reconcile_every: timedelta | None = timedelta(seconds=30)
     ack_wait: timedelta = timedelta(seconds=30)
+    #: between attempts to bind the results consumer (NATS away, stream missing)
+    rebind_every: timedelta = timedelta(seconds=1)
+
+
+def new_scheduler_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class Scheduler:
@@ -50,32 +71,44 @@ class Scheduler:
         bus: Bus | None,
         wakes: RQWakes,
         leases: LeaseStore,
+        turns: Turns | None = None,
         settings: SchedulerSettings | None = None,
+        name: str | None = None,
     ) -> None:
+        """With ``turns``, a reconciler pass runs only when it is this scheduler's turn
+        (several schedulers share one pass per period); without, every period."""
         self.store = store
         self.bus = bus
         self.wakes = wakes
         self.leases = leases
+        self.turns = turns
         self.settings = settings or SchedulerSettings()
-        self.woken = 0
+        self.name = name or new_scheduler_id()
+        #: wakes asked for, by cause: "result", "timer", "reconcile"
+        self.woken: Counter[str] = Counter()
+        #: reconciler passes this scheduler ran (not the ones it left to another's turn)
+        self.passes = 0
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
-        """Run the three loops until ``shutdown``."""
+        """Run the three loops until ``shutdown``. A loop that dies of an unexpected
+        error ends the run with that error (a supervisor restarts the process) rather
+        than leaving a scheduler that silently stopped consuming results."""
         loops = [self._timers()]
         if self.bus is not None:
             loops.append(self._results(self.bus))
         if self.settings.reconcile_every is not None:
             loops.append(self._reconciling(self.settings.reconcile_every))
         tasks = [asyncio.create_task(loop) for loop in loops]
+        stopping = asyncio.create_task(self._stopping.wait())
         try:
-            await self._stopping.wait()
+            done, _ = await asyncio.wait({stopping, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopping}:
+                task.result()  # the loops run forever: only an error ends one
         finally:
-            for task in tasks:
+            for task in (stopping, *tasks):
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.gather(stopping, *tasks, return_exceptions=True)
 
     async def shutdown(self) -> None:
         self._stopping.set()
@@ -87,52 +120,86 @@ class Scheduler:
             if await self.leases.holder(session_id) is None:
                 await self.wakes.wake(session_id, reason="reconcile")
                 woken.append(session_id)
-        self.woken += len(woken)
+        self.passes += 1
+        self.woken["reconcile"] += len(woken)
         return woken
 
     async def _reconciling(self, every: timedelta) -> None:
+        first = True
         while True:
             try:
-                woken = await self.reconcile()
-                if woken:
-                    log.info("reconciler woke %d session(s)", len(woken))
+                if await self._my_turn(every, first=first):
+                    woken = await self.reconcile()
+                    if woken:
+                        log.info("reconciler woke %d session(s)", len(woken))
             except BrainhandsError as error:
                 log.warning("reconciling failed: %s", error.message)
+            first = False
             await asyncio.sleep(every.total_seconds())
+
+    async def _my_turn(self, every: timedelta, *, first: bool) -> bool:
+        """Whether this scheduler runs this period's pass: always on start (claiming
+        the turn, so the others skip theirs), then only when nobody took the turn."""
+        if self.turns is None:
+            return True
+        hold = every * _TURN_SHARE
+        if first:
+            await self.turns.claim("reconcile", self.name, hold=hold)
+            return True
+        return await self.turns.take("reconcile", self.name, hold=hold)
 
     async def _timers(self) -> None:
         while True:
             try:
                 due = await self.wakes.promote_due()
-                self.woken += len(due)
+                self.woken["timer"] += len(due)
             except BrainhandsError as error:
                 log.warning("timers: %s", error.message)
             await asyncio.sleep(self.settings.timer_every.total_seconds())
 
     async def _results(self, bus: Bus) -> None:
-        pull = await self._consumer(bus)
-        try:
-            while True:
-                try:
-                    messages = await pull.fetch(32, timeout=1)
-                except (TimeoutError, nats.errors.TimeoutError):
-                    continue
-                except (nats.errors.Error, OSError) as error:
-                    log.warning("results: %s; retrying", error)
-                    await asyncio.sleep(0.5)
-                    continue
-                for message in messages:
-                    await self._on_result(message)
-        finally:
-            with contextlib.suppress(nats.errors.Error, OSError):
-                await pull.unsubscribe()
+        """Consume result events for as long as the scheduler runs. A consumer that
+        cannot be bound (NATS away, its stream lost with NATS's data) or stops answering
+        is bound again — the streams re-created first —, never given up."""
+        failed = False  # Bus.connect created the streams; after a failure, again
+        while True:
+            try:
+                if failed:
+                    await bus.ensure_streams()
+                pull = await self._consumer(bus)
+            except (nats.errors.Error, OSError, BrainhandsError) as error:
+                log.warning("results: cannot bind the consumer: %s; retrying", error)
+                failed = True
+                await asyncio.sleep(self.settings.rebind_every.total_seconds())
+                continue
+            try:
+                await self._consume(pull)  # returns when fetching fails
+            finally:
+                failed = True
+                with contextlib.suppress(nats.errors.Error, OSError):
+                    await pull.unsubscribe()
+
+    async def _consume(self, pull: Any) -> None:
+        """Handle fetched events until fetching fails otherwise than by timing out."""
+        while True:
+            try:
+                messages = await pull.fetch(32, timeout=1)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except (nats.errors.Error, OSError) as error:
+                log.warning("results: %s; binding the consumer again", error)
+                await asyncio.sleep(self.settings.rebind_every.total_seconds())
+                return
+            for message in messages:
+                await self._on_result(message)
 
     async def _on_result(self, message: Any) -> None:
         try:
             event = ResultEvent.model_validate_json(message.data)
         except ValidationError:
             log.error("dropping a malformed result event")
-            await message.term()
+            with contextlib.suppress(nats.errors.Error):
+                await message.term()
             return
         try:
             await self.wakes.wake(event.session_id, reason=f"result {event.operation_id}")
@@ -141,7 +208,7 @@ class Scheduler:
             with contextlib.suppress(nats.errors.Error):
                 await message.nak(delay=1)
             return
-        self.woken += 1
+        self.woken["result"] += 1
         with contextlib.suppress(nats.errors.Error):
             await message.ack()
 

@@ -1,4 +1,7 @@
-"""Brain workers on real Redis and RQ: wake jobs, fenced leases, no lost wake-up."""
+"""Brain workers on real Redis and RQ: wake jobs, fenced leases, no lost wake-up.
+
+The tests that depend on the store's guarantees (claims, fencing, reloads after a wake)
+run on every backend: SQLite, S3 and DynamoDB (the ``location`` fixture)."""
 
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kind
 from tests.support.services import require
+from tests.support.stores import StoreLocation
 
-pytestmark = [pytest.mark.redis, pytest.mark.sqlite]
+pytestmark = pytest.mark.redis
 
 
 async def _echo(ctx: PhaseContext) -> PhaseOutcome:
@@ -67,10 +71,10 @@ def redis_url() -> str:
 
 
 async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
-    tmp_path: Path, redis_url: str
+    location: StoreLocation, redis_url: str
 ) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     registry = Registry()
     registry.add(kind("echo", {"start": _echo}))
     client = SessionClient(store)
@@ -85,14 +89,13 @@ async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
     assert len(finished.get_job_ids()) >= 5  # RQ's own registries tell the truth
     sync.close()
     wakes.close()
-    await store.close()
 
 
-async def test_a_wake_during_a_drive_is_not_lost(tmp_path: Path, redis_url: str) -> None:
+async def test_a_wake_during_a_drive_is_not_lost(location: StoreLocation, redis_url: str) -> None:
     """A submission lands while its session is being driven (the wake's marker was
     already taken): it is answered promptly, with no reconciler running."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     inside, go_on = asyncio.Event(), asyncio.Event()
 
     async def slow(ctx: PhaseContext) -> PhaseOutcome:
@@ -114,16 +117,15 @@ async def test_a_wake_during_a_drive_is_not_lost(tmp_path: Path, redis_url: str)
         go_on.set()
         await assert_eventually(lambda: _answered(store, "s1", "r2"), within=5)
     wakes.close()
-    await store.close()
 
 
 async def test_a_newer_lease_holder_fences_out_the_older_one(
-    tmp_path: Path, redis_url: str
+    location: StoreLocation, redis_url: str
 ) -> None:
     """Brain A's lease lapses mid-phase (as after a SIGSTOP); Brain B takes the session
     with a higher fence and claims it; A's late outcome is refused by the store."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     stuck, release = asyncio.Event(), asyncio.Event()
 
     async def phase(ctx: PhaseContext) -> PhaseOutcome:
@@ -159,7 +161,6 @@ async def test_a_newer_lease_holder_fences_out_the_older_one(
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.result == "from B" and task.outcome is Outcome.SUCCEEDED
     await leases_client.aclose()
-    await store.close()
 
 
 async def _free(leases: RedisLeases, session_id: str) -> bool:
@@ -179,6 +180,7 @@ async def _all_answered(store: SessionStore, count: int) -> bool:
     return True
 
 
+@pytest.mark.sqlite  # the Brain's own bookkeeping: one backend is enough
 async def test_one_brain_never_drives_a_session_twice_at_once(
     tmp_path: Path, redis_url: str
 ) -> None:

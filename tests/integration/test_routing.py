@@ -1,6 +1,6 @@
 """Wakes reach only Brains that can run the session (invariant 10): a session no running
 Brain can serve is reported blocked with the reason, and runs once a compatible Brain
-starts."""
+starts. On every store backend (the router reads the session and writes the report)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import redis.asyncio
@@ -23,13 +22,14 @@ from contracts import CONTROL_DOCUMENT, SubmissionStatus
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
-from session_store import SessionStore, open_store
+from session_store import SessionStore
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kind
 from tests.support.services import require
+from tests.support.stores import StoreLocation
 
-pytestmark = [pytest.mark.redis, pytest.mark.sqlite]
+pytestmark = pytest.mark.redis
 
 
 async def _answer(ctx: PhaseContext) -> PhaseOutcome:
@@ -68,11 +68,11 @@ async def brain(
 
 
 async def test_a_session_no_brain_can_run_is_blocked_then_runs_on_a_compatible_one(
-    tmp_path: Path,
+    location: StoreLocation,
 ) -> None:
     url = require("BH_REDIS_URL", "Redis")
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     client = SessionClient(store)
     control = redis.asyncio.Redis.from_url(url)
     wakes = RQWakes(url, prefix=prefix, router=SessionRouter(store, Routes(control, prefix=prefix)))
@@ -96,7 +96,6 @@ async def test_a_session_no_brain_can_run_is_blocked_then_runs_on_a_compatible_o
     assert task is not None and task.result == "brain-other"
     wakes.close()
     await control.aclose()
-    await store.close()
 
 
 async def _advertised(routes: Routes, route: str) -> bool:

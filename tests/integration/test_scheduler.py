@@ -1,6 +1,7 @@
 """The distributed path on real Redis, RQ and NATS: a Brain service lets go of a session
 waiting on the Hands; the scheduler turns the result into a wake; a Brain applies it —
-with the reconciler off, so nothing but the result event can bring it home."""
+with the reconciler off, so nothing but the result event can bring it home. Every test
+runs on each store backend (SQLite, S3, DynamoDB: the ``location`` fixture)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import nats.js.errors
 import pytest
 import redis.asyncio
 
@@ -22,20 +26,23 @@ from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
-from bus import Bus
+from bus import RESULTS_STREAM, Bus
 from contracts import SubmissionStatus
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
 from hands.sandbox.process import ProcessSandbox
-from scheduler.service import Scheduler, SchedulerSettings
-from session_store import SessionStore, open_store
+from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
+from session_store import SessionStore
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.services import require
+from tests.support.stores import StoreLocation, new_location
 from tests.support.toolpath import brain_services, ledger_tool, running_hands, runs, scratch_bus
 
-pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.sqlite]
+pytestmark = [pytest.mark.redis, pytest.mark.nats]
+
+LOSS_DB = 6  # emptied by FLUSHDB in the data-loss test; nothing else may live there
 
 
 @dataclass
@@ -57,11 +64,18 @@ async def _call(ctx: PhaseContext) -> PhaseOutcome:
 
 @asynccontextmanager
 async def system(
-    tmp_path: Path, registry: Registry, *, reconcile_every: timedelta | None = None
+    tmp_path: Path,
+    location: StoreLocation,
+    registry: Registry,
+    *,
+    reconcile_every: timedelta | None = None,
+    redis_db: int | None = None,
 ) -> AsyncIterator[System]:
     url = require("BH_REDIS_URL", "Redis")
+    if redis_db is not None:
+        url = on_db(url, redis_db)
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    store = await location.open()
     ledger = tmp_path / "ledger"
     tools = LocalDispatcher()
     tools.add_sandboxed(await store.tools.register(ledger_tool("act", ledger)))
@@ -96,13 +110,14 @@ async def system(
             await asyncio.gather(*tasks)
     wakes.close()
     await client.aclose()
-    await store.close()
 
 
-async def test_a_result_event_wakes_a_brain_that_applies_it(tmp_path: Path) -> None:
+async def test_a_result_event_wakes_a_brain_that_applies_it(
+    tmp_path: Path, location: StoreLocation
+) -> None:
     registry = Registry()
     registry.add(kind("caller", {"start": _call}))
-    async with system(tmp_path, registry) as s:
+    async with system(tmp_path, location, registry) as s:
         await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.2}})
         await s.wakes.wake("s1", reason="submission")
         await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
@@ -111,7 +126,7 @@ async def test_a_result_event_wakes_a_brain_that_applies_it(tmp_path: Path) -> N
 
 
 async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly(
-    tmp_path: Path,
+    tmp_path: Path, location: StoreLocation
 ) -> None:
     """The result lands while another task of the same session keeps a drive (and the
     lease) busy: once that drive ends, the result is applied within a second."""
@@ -124,7 +139,7 @@ async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly
     registry = Registry()
     registry.add(kind("caller", {"start": _call}))
     registry.add(kind("hold", {"start": hold}))
-    async with system(tmp_path, registry) as s:
+    async with system(tmp_path, location, registry) as s:
         await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.5}})
         await s.client.submit("s1", "r2", {"task": {"kind": "hold"}})
         await s.wakes.wake("s1", reason="submission")
@@ -137,6 +152,10 @@ async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly
         await assert_eventually(lambda: _answered(s.store, "s1", "r2"), within=10)
 
 
+def on_db(url: str, db: int) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
 async def _has_runs(ledger: Path) -> bool:
     return bool(await asyncio.to_thread(runs, ledger))
 
@@ -147,22 +166,65 @@ async def _answered(store: SessionStore, session_id: str, request_id: str) -> bo
     return submission is not None and submission.status is SubmissionStatus.ANSWERED
 
 
-async def test_losing_redis_mid_run_delays_work_and_loses_none(tmp_path: Path) -> None:
-    """FLUSHALL while sessions wait on the Hands: wakes, leases and fence counters are
-    gone; the reconciler finds the work again from the store, fences are re-seeded above
-    the store's, and every session completes with each operation run once."""
+async def test_losing_redis_mid_run_delays_work_and_loses_none(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """Redis loses its data while sessions wait on the Hands: wakes, leases and fence
+    counters are gone; the reconciler finds the work again from the store, fences are
+    re-seeded above the store's, and every session completes with each operation run
+    once. The system runs on a logical database of its own, emptied with FLUSHDB — what
+    it loses is what FLUSHALL would take, without wiping the keys of whatever else
+    shares the Redis server (other tests, a developer's `bh up`)."""
     registry = Registry()
     registry.add(kind("caller", {"start": _call}))
     sessions = [f"s{n}" for n in range(4)]
-    async with system(tmp_path, registry, reconcile_every=timedelta(seconds=1)) as s:
+    async with system(
+        tmp_path, location, registry, reconcile_every=timedelta(seconds=1), redis_db=LOSS_DB
+    ) as s:
         for session_id in sessions:
             await s.client.submit(session_id, "r1", {"task": {"kind": "caller", "input": 1.0}})
             await s.wakes.wake(session_id, reason="submission")
         await assert_eventually(lambda: _has_runs(s.ledger), within=20)
-        flush = redis.asyncio.Redis.from_url(require("BH_REDIS_URL", "Redis"))
-        await flush.flushall()
+        flush = redis.asyncio.Redis.from_url(on_db(require("BH_REDIS_URL", "Redis"), LOSS_DB))
+        await flush.flushdb()
         await flush.aclose()
         for session_id in sessions:
-            await assert_eventually(lambda sid=session_id: _answered(s.store, sid, "r1"), within=30)
+            await assert_eventually(partial(_answered, s.store, session_id, "r1"), within=30)
     ran = runs(s.ledger)
     assert len(ran) == len(sessions) and len(set(ran)) == len(sessions)
+
+
+@pytest.fixture
+def sqlite_only(tmp_path: Path) -> StoreLocation:
+    return new_location("sqlite", tmp_path)[0]
+
+
+@pytest.mark.sqlite  # the store plays no part: NATS loses its data
+async def test_a_results_stream_lost_with_the_nats_data_is_consumed_again(
+    tmp_path: Path, sqlite_only: StoreLocation
+) -> None:
+    """NATS loses the results stream and the scheduler's consumer with it (a restart
+    without its data): the scheduler creates both again, and the next result event still
+    wakes the Brain — with the reconciler off. (Before, the scheduler kept fetching from
+    the vanished consumer and never handled a result again.)"""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    try:
+        async with system(tmp_path, sqlite_only, registry) as s:
+            await assert_eventually(lambda: _consumer_exists(s.bus), within=15)  # consuming
+            await s.bus.js.delete_stream(s.bus.stream(RESULTS_STREAM))
+            await assert_eventually(lambda: _consumer_exists(s.bus), within=15)
+            await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.1}})
+            await s.wakes.wake("s1", reason="submission")
+            await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
+    finally:
+        await sqlite_only.close_all()
+    assert len(runs(s.ledger)) == 1
+
+
+async def _consumer_exists(bus: Bus) -> bool:
+    try:
+        await bus.js.consumer_info(bus.stream(RESULTS_STREAM), CONSUMER)
+    except nats.js.errors.NotFoundError:
+        return False
+    return True

@@ -1,0 +1,62 @@
+"""One scheduler built from URLs: what ``python -m scheduler`` runs, and what tests run
+several of side by side (each with its own store client and Redis and NATS
+connections, as separate processes would have)."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import redis.asyncio
+
+from bus import Bus, BusSettings
+from contracts.model import Frozen
+from coordination.leases import RedisLeases
+from coordination.routes import Routes, SessionRouter
+from coordination.wakes import RQWakes
+from scheduler.service import Scheduler, SchedulerSettings
+from scheduler.turns import Turns
+from session_store import open_store
+
+
+class Connections(Frozen):
+    """Where a scheduler finds the store, Redis and (optionally) NATS. ``namespace`` is
+    the bus namespace and the Redis key prefix alike."""
+
+    store_url: str
+    redis_url: str
+    nats_url: str | None = None
+    namespace: str = "bh"
+
+
+async def build(
+    connections: Connections,
+    resources: AsyncExitStack,
+    settings: SchedulerSettings | None = None,
+    *,
+    name: str | None = None,
+) -> Scheduler:
+    """A scheduler whose connections ``resources`` closes; wakes are routed to Brains
+    that can run the session (``SessionRouter``), reconciler passes taken in turn."""
+    prefix = connections.namespace
+    store = await open_store(connections.store_url)
+    resources.push_async_callback(store.close)
+    bus = None
+    if connections.nats_url:
+        bus = await Bus.connect(
+            BusSettings(url=connections.nats_url, namespace=prefix), name="scheduler"
+        )
+        resources.push_async_callback(bus.close)
+    client = redis.asyncio.Redis.from_url(connections.redis_url)
+    resources.push_async_callback(client.aclose)
+    routes = Routes(client, prefix=prefix)
+    wakes = RQWakes(connections.redis_url, prefix=prefix, router=SessionRouter(store, routes))
+    resources.callback(wakes.close)
+    return Scheduler(
+        store=store,
+        bus=bus,
+        wakes=wakes,
+        leases=RedisLeases(client, prefix=prefix),
+        turns=Turns(client, prefix=prefix),
+        settings=settings,
+        name=name,
+    )
