@@ -31,12 +31,19 @@ def bh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
+def system_env(tmp_path: Path) -> dict[str, str]:
+    """An environment for ``bh up`` with its own dev home and nothing inherited that
+    ``bh up`` would otherwise reuse."""
     require("BH_REDIS_URL", "Redis")
     require("BH_NATS_URL", "NATS JetStream")
-    env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "160"}
+    env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "200"}
     for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN"):
         env.pop(name, None)
+    return env
+
+
+def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
+    env = system_env(tmp_path)
     started = bh(
         "up",
         *("--brains", "2", "--hands", "1", "--sandbox", "process", "--no-infra"),
@@ -75,12 +82,8 @@ def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
 def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) -> None:
     """``bh up --example five-emails``: the example's email service and model beside the
     system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``."""
-    require("BH_REDIS_URL", "Redis")
-    require("BH_NATS_URL", "NATS JetStream")
+    env = system_env(tmp_path)
     tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
-    env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "200"}
-    for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN"):
-        env.pop(name, None)
     started = bh(
         "up",
         *("--brains", "1", "--hands", "1", "--no-infra", "--namespace", "sysfive"),
