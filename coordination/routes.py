@@ -18,10 +18,10 @@ from collections.abc import Iterable
 
 from redis.asyncio import Redis
 
-from contracts import CONTROL_DOCUMENT, StoreUnavailable, SubmissionStatus, TaskInput, TextInput
+from contracts import StoreUnavailable, SubmissionStatus, TaskInput, TextInput
 from session_store import SessionState, SessionStore
 from session_store.intake import read_input
-from session_store.submissions import SessionClient
+from session_store.submissions import SessionClient, blocked_reasons
 
 #: A Brain's advertisement lives this long unless renewed.
 ADVERTISEMENT_S = 15.0
@@ -97,9 +97,11 @@ class SessionRouter:
         wanted = frozenset(needed.values())
         fitting = sorted(route for route, kinds in live.items() if wanted <= kinds)
         if fitting:
-            if _reported(state):
+            if blocked_reasons(state):
                 await self._client.report_blocked(session_id, None)
             return fitting[0]
+        if not needed:  # no open work (an outbox to relay at most): nothing is blocked
+            return None
         runs = ", ".join(sorted({key for kinds in live.values() for key in kinds})) or "nothing"
         served = set().union(*live.values()) if live else set()
         reasons = {
@@ -107,7 +109,7 @@ class SessionRouter:
             for what, key in needed.items()
             if key not in served
         } or {"session": f"no single running Brain runs all of {', '.join(sorted(wanted))}"}
-        if _reported(state) != reasons:  # said once, not again on every wake
+        if blocked_reasons(state) != reasons:  # said once, not again on every wake
             await self._client.report_blocked(session_id, reasons)
         return None
 
@@ -134,9 +136,3 @@ class SessionRouter:
             named = given.model if isinstance(given, TextInput) else None
             needed[f"{what} model"] = f"model:{named}" if named else ANY_MODEL
         return needed
-
-
-def _reported(state: SessionState) -> object:
-    """What the control document says is blocked (None or empty: nothing)."""
-    control = state.documents.get(CONTROL_DOCUMENT)
-    return control.body.get("blocked") if control and isinstance(control.body, dict) else None

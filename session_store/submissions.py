@@ -135,12 +135,22 @@ class SessionClient:
         nothing is blocked any more), in its control document."""
         patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={"blocked": reasons}, create=True)
         handle = await self.store.session(session_id)
-        await _commit_unfenced(handle, lambda state: Commit(documents=(patch,)))
+
+        def build(state: SessionState) -> Commit | None:  # said once, also by racing writers
+            return None if blocked_reasons(state) == reasons else Commit(documents=(patch,))
+
+        await _commit_unfenced(handle, build)
 
     async def _remark(self, handle: SessionHandle, submission: Submission) -> None:
         # A resubmission may follow a crash that lost the session's index marker.
         if not submission.status.is_final:
             await self.store.index.mark(handle.session_id)
+
+
+def blocked_reasons(state: SessionState) -> object:
+    """What the session's control document says is blocked (None or empty: nothing)."""
+    control = state.documents.get(CONTROL_DOCUMENT)
+    return control.body.get("blocked") if control and isinstance(control.body, dict) else None
 
 
 async def _commit_unfenced(

@@ -5,6 +5,7 @@ session says why it waits."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +15,10 @@ import redis.asyncio
 
 from brain.outcome import Done
 from brain.registry import Migration, Registry, TaskKind
+from contracts import CommitRecord
 from coordination.routes import Routes, SessionRouter, model_offers, route_of
-from session_store import SessionStore, open_store
+from session_store import SessionStore, layout, open_store
+from session_store.codec import decode
 from session_store.submissions import SessionClient
 from tests.support.services import require
 
@@ -77,3 +80,33 @@ async def test_a_submission_naming_a_model_waits_for_a_brain_with_that_model(
     big = await routes.advertise(["agent@1", "tool-call@1", *model_offers("big")])
     assert big == route_of(["agent@1", "tool-call@1", "model:any", "model:big"])
     assert await router("s2") == big
+
+
+async def test_routers_waking_a_blocked_session_at_once_report_it_once(
+    setting: tuple[SessionStore, Routes], tmp_path: Path
+) -> None:
+    """Three schedulers' routers see the same blocked session at once: one report."""
+    store, routes = setting
+    await SessionClient(store).submit("s3", "r1", {"task": {"kind": "rare", "input": None}})
+    await routes.advertise(["agent@1"])
+    stores = [await open_store(f"sqlite:///{tmp_path}/store.db") for _ in range(3)]
+    routers = [SessionRouter(each, routes) for each in stores]
+    assert await asyncio.gather(*(router("s3") for router in routers)) == [None] * 3
+    reports = [
+        item
+        for item, data in await store.backend.items(layout.log_partition("s3"))
+        if decode(data, CommitRecord, where=item).commit.documents
+    ]
+    assert len(reports) == 1, reports
+    for each in stores:
+        await each.close()
+
+
+async def test_a_wake_of_a_session_without_open_work_reports_nothing(
+    setting: tuple[SessionStore, Routes],
+) -> None:
+    """A late timer or result while no Brain advertises: nothing is blocked, and a
+    session that does not exist is not created by the report."""
+    store, routes = setting
+    assert await SessionRouter(store, routes)("nobody") is None
+    assert (await store.session("nobody")).seq == 0
