@@ -5,8 +5,10 @@ fetches only as many messages as it has free slots (admission control: a busy in
 leaves work in the stream for others instead of overloading itself), keeps long runs
 alive with in-progress acks, and acks only once the operation's result is in the store.
 A message that exhausts its deliveries becomes a failed result with the reason (the
-server's max-deliveries advisory), never a silent drop. It also listens for
-cancellations and reaps containers it owns (on start and periodically).
+server's max-deliveries advisory), never a silent drop. A consumer that stops answering
+(NATS away, or its stream lost with NATS's data) is bound again — the streams re-created
+first —, never given up. It also listens for cancellations and reaps containers it owns
+(on start and periodically).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class ConsumerSettings(Frozen):
     max_deliver: int = 5
     retry_delay: timedelta = timedelta(seconds=2)
     reap_every: timedelta = timedelta(seconds=60)
+    #: between attempts to bind the dispatch consumer (NATS away, stream missing)
+    rebind_every: timedelta = timedelta(seconds=1)
 
 
 class HandsService:
@@ -79,7 +83,11 @@ class HandsService:
                     self._freed.clear()
                     await self._freed.wait()
                     continue
-                for message in await self._fetch(pull, free):
+                messages = await self._fetch(pull, free)
+                if messages is None:  # the consumer is gone or NATS is away: bind again
+                    pull = await self._rebind(pull)
+                    continue
+                for message in messages:
                     self._start(message)
         finally:
             reaper.cancel()
@@ -114,16 +122,37 @@ class HandsService:
             config=config,
         )
 
-    async def _fetch(self, pull: Any, batch: int) -> list[Msg]:
+    async def _fetch(self, pull: Any, batch: int) -> list[Msg] | None:
+        """Up to ``batch`` dispatches; None when fetching failed otherwise than by timing
+        out (e.g. the server restarting, the consumer gone)."""
         try:
             messages: list[Msg] = await pull.fetch(batch, timeout=1)
             return messages
         except (TimeoutError, nats.errors.TimeoutError):
             return []
-        except (nats.errors.Error, OSError) as error:  # e.g. the server restarting
-            log.warning("fetch failed (%s); retrying", error)
-            await asyncio.sleep(0.5)
-            return []
+        except (nats.errors.Error, OSError) as error:
+            log.warning("fetch failed (%s); binding the consumer again", error)
+            await asyncio.sleep(self.settings.rebind_every.total_seconds())
+            return None
+
+    async def _rebind(self, stale: Any) -> Any:
+        """Bind the dispatch consumer again, re-creating the streams first (NATS may
+        have lost them with its data), until it works or the service stops."""
+        while not self._stopping.is_set():
+            try:
+                await self.bus.ensure_streams()
+                fresh = await self._consumer()
+            except (nats.errors.Error, OSError, BrainhandsError) as error:
+                log.warning("cannot bind the dispatch consumer (%s); retrying", error)
+                await asyncio.sleep(self.settings.rebind_every.total_seconds())
+                continue
+            await _unsubscribe(stale)
+            if self._stopping.is_set():  # shutdown already released the subscriptions
+                await _unsubscribe(fresh)
+            else:
+                self._subscriptions[self._subscriptions.index(stale)] = fresh
+            return fresh
+        return stale
 
     def _start(self, message: Msg) -> None:
         self._busy += 1
@@ -233,6 +262,11 @@ def publisher(bus: Bus) -> Publish:
         await bus.publish(result_subject(event.session_id), event, msg_id=event.operation_id)
 
     return publish
+
+
+async def _unsubscribe(subscription: Any) -> None:
+    with contextlib.suppress(nats.errors.Error, OSError, ValueError):
+        await subscription.unsubscribe()
 
 
 async def _settle_message(call: Any) -> None:

@@ -1,5 +1,6 @@
-"""The bus fails, nothing is lost: nats-server restarted mid-run, and a dispatch that can
-never be brought home (its deliveries run out) becomes a failed result."""
+"""The bus fails, nothing is lost: nats-server restarted mid-run, the dispatch stream lost
+under a running Hands, and a dispatch that can never be brought home (its deliveries run
+out) becomes a failed result."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import nats.js.errors
 import pytest
 
 from brain.context import PhaseContext
@@ -19,12 +21,13 @@ from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.tools import LocalDispatcher
+from bus import DISPATCH_STREAM, Bus
 from contracts import CommitRecord, Outcome, StoreUnavailable
 from contracts.tool import Dispatch
 from hands.executor import Executor
 from hands.sandbox import RunOutcome, RunSpec
 from hands.sandbox.process import ProcessSandbox
-from hands.service import ConsumerSettings, HandsService, publisher
+from hands.service import CONSUMER, ConsumerSettings, HandsService, publisher
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
@@ -98,6 +101,33 @@ async def test_restarting_nats_mid_run_loses_nothing_and_runs_nothing_twice(
     await store.close()
 
 
+async def test_a_dispatch_stream_lost_under_a_running_hands_is_consumed_again(
+    tmp_path: Path,
+) -> None:
+    """NATS loses the dispatch stream and the Hands' consumer with it (a restart without
+    its data): the Hands creates both again, and the next dispatch is run once and its
+    result recorded. (Before, the Hands kept fetching from the vanished consumer.)"""
+    ledger = tmp_path / "ledger"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    await store.tools.register(ledger_tool("act", ledger))
+    async with (
+        scratch_bus() as bus,
+        running_hands(store, ProcessSandbox(tmp_path / "runs"), bus),
+    ):
+        await assert_eventually(lambda: _consumer_exists(bus), within=10)  # consuming
+        await bus.js.delete_stream(bus.stream(DISPATCH_STREAM))
+        await assert_eventually(lambda: _consumer_exists(bus), within=10)
+        dispatch = Dispatch(
+            operation_id="op-after", session_id="s1", tool="act", tool_version=1, args={}
+        )
+        await bus.publish("tools.dispatch.act", dispatch, msg_id="op-after")
+        await assert_eventually(lambda: _has_result(store, "op-after"), within=10)
+    result = await store.get_operation_result("op-after")
+    assert result is not None and result.succeeded, result
+    assert runs(ledger) == ["op-after"]
+    await store.close()
+
+
 class Unreachable(ProcessSandbox):
     """An engine that never answers: every delivery ends without an outcome."""
 
@@ -137,6 +167,14 @@ async def test_a_dispatch_whose_deliveries_run_out_becomes_a_failed_result(
 
 async def _ran(ledger: Path, count: int) -> bool:
     return len(await asyncio.to_thread(runs, ledger)) >= count
+
+
+async def _consumer_exists(bus: Bus) -> bool:
+    try:
+        await bus.js.consumer_info(bus.stream(DISPATCH_STREAM), CONSUMER)
+    except nats.js.errors.NotFoundError:
+        return False
+    return True
 
 
 async def _has_result(store: SessionStore, op: str) -> bool:
