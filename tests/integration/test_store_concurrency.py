@@ -16,14 +16,14 @@ WORKERS = 4
 ATTEMPTS = 25
 
 
-def race(url: str, barrier: Path) -> tuple[dict[str, int], set[str]]:
+def race(url: str, barrier: Path, session: str) -> tuple[dict[str, int], set[str]]:
     """Run the racing workers; every receipt they got and every id they saw rejected."""
     workers = [
         python_module(
             "tests.support.commit_worker",
             "race",
             url,
-            "contended",
+            session,
             f"w{n}",
             str(ATTEMPTS),
             str(barrier),
@@ -50,10 +50,16 @@ def race(url: str, barrier: Path) -> tuple[dict[str, int], set[str]]:
 
 
 async def test_racing_processes_never_fork_the_log(location: StoreLocation, tmp_path: Path) -> None:
-    receipts, rejected = race(location.url, tmp_path / "go")
-    assert len(receipts) + len(rejected) == WORKERS * ATTEMPTS, "every attempt has an outcome"
-    assert rejected, "the workers never collided, so this run proved nothing"
-    handle = await (await location.open()).session("contended")
+    # On a loaded machine the workers may happen never to overlap: race again, on a new
+    # session, before concluding the run proved nothing.
+    for round_ in range(3):
+        session = f"contended-{round_}"
+        receipts, rejected = race(location.url, tmp_path / f"go-{round_}", session)
+        assert len(receipts) + len(rejected) == WORKERS * ATTEMPTS, "every attempt has an outcome"
+        if rejected:
+            break
+    assert rejected, "the workers never collided in 3 races, so this run proved nothing"
+    handle = await (await location.open()).session(session)
     log = [entry.id for entry in await handle.entries()]
     assert handle.seq == len(log) == len(receipts), "one commit per receipt, no gap"
     assert {entry_id: seq for seq, entry_id in enumerate(log, start=1)} == receipts, (
