@@ -58,6 +58,7 @@ class BrainService:
         self.reports: list[DriveReport] = []
         self._workers: list[WakeWorker] = []
         self._threads: list[threading.Thread] = []
+        self._connections: list[redis.Redis] = []
         self._held: dict[str, Lease] = {}
         self._driving: set[str] = set()
         self._again: set[str] = set()
@@ -70,13 +71,17 @@ class BrainService:
     async def run(self) -> None:
         """Consume wake jobs with ``concurrency`` slots until ``shutdown``."""
         loop = asyncio.get_running_loop()
-        connection = redis.Redis.from_url(self.redis_url)
-        queue = Queue(queue_name(self.wakes.prefix, self.route), connection=connection)
         advertising = None
         if self.routes is not None:
             await self.routes.advertise(self.runner.registry.compatibility())
             advertising = asyncio.create_task(self._advertise(self.routes))
         for slot in range(self.concurrency):
+            # A client (connection pool) per slot: an RQ worker keeps one connection for
+            # its pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
+            # connections, so a shared pool ran dry past ~50 slots and killed the rest.
+            connection = redis.Redis.from_url(self.redis_url)
+            self._connections.append(connection)
+            queue = Queue(queue_name(self.wakes.prefix, self.route), connection=connection)
             worker = WakeWorker(
                 [queue],
                 name=f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}",
@@ -106,6 +111,8 @@ class BrainService:
         self._stopped.set()
         for thread in self._threads:
             await asyncio.to_thread(thread.join, 10)
+        for connection in self._connections:
+            connection.close()
         for lease in list(self._held.values()):
             with contextlib.suppress(Exception):
                 await self.leases.release(lease)
