@@ -114,6 +114,7 @@ async def _serve(
             concurrency=concurrency,
             lease_ttl=ttl,
             routes=routes,
+            model=settings.model.model if settings.model is not None else None,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -24,7 +24,7 @@ from rq import Queue
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
 from coordination.protocols import Lease, LeaseStore
-from coordination.routes import ADVERTISEMENT_S, Routes, route_of
+from coordination.routes import ADVERTISEMENT_S, Routes, model_offers, route_of
 from coordination.wakes import RQWakes, WakeWorker, queue_name
 
 log = logging.getLogger(__name__)
@@ -42,9 +42,11 @@ class BrainService:
         lease_ttl: timedelta = timedelta(seconds=10),
         busy_retry: timedelta = timedelta(milliseconds=200),
         routes: Routes | None = None,
+        model: str | None = None,
     ) -> None:
-        """With ``routes``, this Brain advertises what it runs and takes the wakes of its
-        route only (sessions it can run); without, the wake queue's default route."""
+        """With ``routes``, this Brain advertises what it runs (its kinds and versions,
+        and ``model``, its model configuration) and takes the wakes of its route only
+        (sessions it can run); without, the wake queue's default route."""
         self.runner = runner
         self.leases = leases
         self.wakes = wakes
@@ -53,8 +55,9 @@ class BrainService:
         self.lease_ttl = lease_ttl
         self.busy_retry = busy_retry
         self.routes = routes
-        compatible = runner.registry.compatibility()
-        self.route = route_of(compatible) if routes is not None else wakes.route
+        #: what this Brain advertises: its kinds and versions, and its model by name
+        self.offers = (*runner.registry.compatibility(), *model_offers(model))
+        self.route = route_of(self.offers) if routes is not None else wakes.route
         self.reports: list[DriveReport] = []
         self._workers: list[WakeWorker] = []
         self._threads: list[threading.Thread] = []
@@ -73,7 +76,7 @@ class BrainService:
         loop = asyncio.get_running_loop()
         advertising = None
         if self.routes is not None:
-            await self.routes.advertise(self.runner.registry.compatibility())
+            await self.routes.advertise(self.offers)
             advertising = asyncio.create_task(self._advertise(self.routes))
         for slot in range(self.concurrency):
             # A client (connection pool) per slot: an RQ worker keeps one connection for
@@ -100,7 +103,7 @@ class BrainService:
         while True:
             await asyncio.sleep(ADVERTISEMENT_S / 3)
             try:
-                await routes.advertise(self.runner.registry.compatibility())
+                await routes.advertise(self.offers)
             except StoreUnavailable as error:
                 log.warning("cannot advertise: %s", error.message)
 
