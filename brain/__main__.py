@@ -101,7 +101,9 @@ async def _serve(
 ) -> None:
     async with AsyncExitStack() as resources:
         built = await build(settings, resources)
-        client = redis.asyncio.Redis.from_url(redis_url)
+        # leases, routes and wakes of every slot share it: a pool sized for the slots
+        # (redis-py caps it at 100 connections by default)
+        client = redis.asyncio.Redis.from_url(redis_url, max_connections=2 * concurrency + 32)
         resources.push_async_callback(client.aclose)
         routes = Routes(client, prefix=prefix)
         wakes = RQWakes(redis_url, prefix=prefix, router=SessionRouter(built.store, routes))

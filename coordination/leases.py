@@ -1,9 +1,13 @@
 """Fenced session leases in Redis: the ``LeaseStore`` the scheduler and Brains share.
 
-Two keys per session, under a configurable prefix (default ``bh``)::
+Two keys per session, and one watch list, under a configurable prefix (default ``bh``)::
 
     <prefix>:lease:<session>   "holder|fence"   server-side PX TTL
     <prefix>:fence:<session>   fence counter    no TTL
+    <prefix>:leases:held       sorted set: session → when its lease lapses (server ms)
+
+The watch list lets the scheduler wake a session as soon as its lease lapsed without
+being released — its holder died or froze — instead of at the next reconciler pass.
 
 Each operation is one Lua script, so Redis runs it atomically. A lease is only a hint
 about who should drive a session: the Session Store's claim commit is what stops a
@@ -23,13 +27,21 @@ from redis.exceptions import RedisError
 from contracts.errors import InvalidInput, LeaseLost, StoreUnavailable
 from coordination.protocols import Lease
 
-# KEYS: lease, counter. ARGV: holder, ttl ms, floor.
+# Server time in ms: leases and their watch list use Redis's clock only, never a host's.
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: lease, counter, watch. ARGV: holder, ttl ms, floor, session.
 # Another holder's lease → nil, and the counter is not touched: a failed acquire
 # consumes no fence. The same holder keeps its fence unless the store has already seen
 # a higher one (floor), in which case its old fence could never claim again.
 # Counters are set via SET + INCR rather than from a Lua number, because Lua numbers
 # are doubles and would be written in exponent notation past 1e14.
-_ACQUIRE = """
+_ACQUIRE = (
+    _NOW
+    + """
 local lease, counter = KEYS[1], KEYS[2]
 local holder, ttl, floor = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local current = redis.call('GET', lease)
@@ -41,6 +53,7 @@ if current then
   local held = tonumber(string.sub(current, cut + 1))
   if held >= floor then
     redis.call('PEXPIRE', lease, ttl)
+    redis.call('ZADD', KEYS[3], now + tonumber(ttl), ARGV[4])
     return held
   end
 end
@@ -50,26 +63,54 @@ if fence <= floor then
   fence = redis.call('INCR', counter)
 end
 redis.call('SET', lease, holder .. '|' .. string.format('%d', fence), 'PX', ttl)
+redis.call('ZADD', KEYS[3], now + tonumber(ttl), ARGV[4])
 return fence
 """
+)
 
-# KEYS: lease. ARGV: "holder|fence", ttl ms. Returns what the key held (nil if lapsed);
-# it was extended exactly when that equals ARGV[1].
-_EXTEND = """
+# KEYS: lease, watch. ARGV: "holder|fence", ttl ms, session. Returns what the key held
+# (nil if lapsed); it was extended exactly when that equals ARGV[1].
+_EXTEND = (
+    _NOW
+    + """
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
 end
 return current
 """
+)
 
-# KEYS: lease. ARGV: "holder|fence". 1 if this lease was deleted, 0 otherwise.
+# KEYS: lease, watch. ARGV: "holder|fence", session. 1 if this lease was deleted.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[2])
   return redis.call('DEL', KEYS[1])
 end
 return 0
 """
+
+# KEYS: watch. ARGV: lease key prefix, limit. Sessions whose lease lapsed unreleased,
+# each taken off the list (so reported once, whoever asks); a session whose lease is
+# held again (a new holder) is kept, with its new lapse time.
+_LAPSED = (
+    _NOW
+    + """
+local found = {}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, session in ipairs(due) do
+  local left = redis.call('PTTL', ARGV[1] .. session)
+  if left > 0 then
+    redis.call('ZADD', KEYS[1], now + left, session)
+  else
+    redis.call('ZREM', KEYS[1], session)
+    table.insert(found, session)
+  end
+end
+return found
+"""
+)
 
 _MAX_FENCE = 2**53  # exact in a Lua double
 
@@ -93,6 +134,7 @@ class RedisLeases:
         self._acquire = client.register_script(_ACQUIRE)
         self._extend = client.register_script(_EXTEND)
         self._release = client.register_script(_RELEASE)
+        self._lapsed = client.register_script(_LAPSED)
 
     @property
     def prefix(self) -> str:
@@ -103,6 +145,10 @@ class RedisLeases:
 
     def fence_key(self, session_id: str) -> str:
         return f"{self._prefix}:fence:{session_id}"
+
+    @property
+    def watch_key(self) -> str:
+        return f"{self._prefix}:leases:held"
 
     async def acquire(
         self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
@@ -116,9 +162,9 @@ class RedisLeases:
             raise InvalidInput(
                 f"fence floor must be between 0 and 2**53 - 1, got {floor}", floor=floor
             )
-        keys = [self.lease_key(session_id), self.fence_key(session_id)]
+        keys = [self.lease_key(session_id), self.fence_key(session_id), self.watch_key]
         with _translated("acquire", session_id):
-            fence = await self._acquire(keys=keys, args=[holder, _millis(ttl), floor])
+            fence = await self._acquire(keys=keys, args=[holder, _millis(ttl), floor, session_id])
         if fence is None:
             return None
         return Lease(session_id=session_id, holder=holder, fence=int(fence), ttl=ttl)
@@ -130,7 +176,8 @@ class RedisLeases:
         expected = _value(lease)
         with _translated("extend", lease.session_id):
             current = await self._extend(
-                keys=[self.lease_key(lease.session_id)], args=[expected, _millis(ttl)]
+                keys=[self.lease_key(lease.session_id), self.watch_key],
+                args=[expected, _millis(ttl), lease.session_id],
             )
         current = _text(current)
         if current != expected:
@@ -142,9 +189,19 @@ class RedisLeases:
         had lapsed or another holder (or a newer fence) has it."""
         with _translated("release", lease.session_id):
             deleted = await self._release(
-                keys=[self.lease_key(lease.session_id)], args=[_value(lease)]
+                keys=[self.lease_key(lease.session_id), self.watch_key],
+                args=[_value(lease), lease.session_id],
             )
         return bool(deleted)
+
+    async def lapsed(self, *, limit: int = 100) -> list[str]:
+        """Sessions whose lease lapsed without being released (the holder died or froze),
+        up to ``limit``; each is reported once, to whichever caller asks first."""
+        with _translated("watch", "*"):
+            found = await self._lapsed(
+                keys=[self.watch_key], args=[f"{self._prefix}:lease:", limit]
+            )
+        return sorted(text for item in found if (text := _text(item)) is not None)
 
     async def holder(self, session_id: str) -> str | None:
         """Who holds ``session_id`` now, or None."""

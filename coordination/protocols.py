@@ -38,6 +38,11 @@ class LeaseStore(Protocol):
 
     async def holder(self, session_id: str) -> str | None: ...
 
+    async def lapsed(self, *, limit: int = 100) -> list[str]:
+        """Sessions whose lease lapsed without being released (the holder died or froze),
+        each reported once across all callers."""
+        ...
+
 
 class WakeQueue(Protocol):
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:

@@ -153,6 +153,11 @@ class Scheduler:
             try:
                 due = await self.wakes.promote_due()
                 self.woken["timer"] += len(due)
+                # a holder that died mid-drive: its session goes on now, not at the
+                # next reconciler pass
+                for session_id in await self.leases.lapsed():
+                    await self.wakes.wake(session_id, reason="lease lapsed")
+                    self.woken["lapsed"] += 1
             except BrainhandsError as error:
                 log.warning("timers: %s", error.message)
             await asyncio.sleep(self.settings.timer_every.total_seconds())

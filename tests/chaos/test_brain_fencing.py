@@ -48,6 +48,10 @@ async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path
         # until Brain A has advertised its route, a wake finds nobody: wake again
         await assert_eventually(lambda: _woken_and_held(wakes, leases), within=30)
         holder_a = await leases.holder("s1")
+        # Stop A inside its 3 s phase, not inside a commit: a process frozen while it holds
+        # SQLite's write lock would stall every writer of that file (the embedded store is
+        # one host's; a shared store is S3 or DynamoDB), which is not what this tests.
+        await assert_eventually(lambda: _running_under(store, holder_a), within=30)
         first.send_signal(signal.SIGSTOP)  # mid-phase, holding the lease
         await assert_eventually(lambda: _free(leases), within=10)  # the lease lapses
         second = _brain(store_url, redis_url, prefix, tmp_path / "b.log", args)
@@ -112,6 +116,13 @@ async def wakes_close(wakes: RQWakes) -> None:
 async def _woken_and_held(wakes: RQWakes, leases: RedisLeases) -> bool:
     await wakes.wake("s1", reason="submission")
     return await leases.holder("s1") is not None
+
+
+async def _running_under(store: SessionStore, holder: str | None) -> bool:
+    """A's claim and its phase's start are committed: A is inside the phase."""
+    handle = await store.session("s1")
+    task = handle.state.tasks.get("root.r1")
+    return handle.holder == holder and task is not None and task.status.value == "running"
 
 
 async def _free(leases: RedisLeases) -> bool:

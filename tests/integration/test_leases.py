@@ -279,3 +279,26 @@ async def test_bad_input_is_refused_clearly(rig: Rig) -> None:
     with pytest.raises(InvalidInput, match="prefix"):
         RedisLeases(rig.client, prefix="")
     assert await leases.holder("s1") is None, "nothing was written"
+
+
+async def test_a_lease_that_lapses_unreleased_is_reported_once(redis_url: str) -> None:
+    """A holder that died (or froze) leaves its lease to lapse: the scheduler learns of
+    it right after, once across all schedulers asking; released and extended leases,
+    and a lapse whose session another holder took meanwhile, are not reported."""
+    async with open_rig(redis_url) as one, open_rig(redis_url) as _:
+        leases = one.leases
+        other = RedisLeases(one.client, prefix=leases.prefix)  # a second scheduler
+        dead = await leases.acquire("dead", "brain-a", ttl=SHORT)
+        kept = await leases.acquire("kept", "brain-a", ttl=SHORT)
+        given = await leases.acquire("given", "brain-a", ttl=SHORT)
+        taken = await leases.acquire("taken", "brain-a", ttl=SHORT)
+        assert dead and kept and given and taken
+        assert await leases.lapsed() == []
+        await leases.release(given)
+        await asyncio.sleep(SHORT.total_seconds() / 2)
+        await leases.extend(kept, ttl=LONG)
+        await asyncio.sleep(SHORT.total_seconds() / 2 + 0.1)
+        assert await leases.acquire("taken", "brain-b", ttl=LONG) is not None
+        found = await asyncio.gather(leases.lapsed(), other.lapsed())
+        assert sorted(found[0] + found[1]) == ["dead"], found
+        assert await leases.lapsed() == [] and await other.lapsed() == []

@@ -156,6 +156,28 @@ def on_db(url: str, db: int) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
 
 
+async def _answer(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result=ctx.input)
+
+
+async def test_a_session_whose_holder_died_goes_on_as_soon_as_its_lease_lapses(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """A Brain died holding a session's lease: nothing released it and no wake is queued.
+    The scheduler wakes the session right after the lease lapses (within its timer
+    period, 250 ms), not at the next reconciler pass — which is off here."""
+    registry = Registry()
+    registry.add(kind("answer", {"start": _answer}))
+    async with system(tmp_path, location, registry) as s:
+        await s.client.submit("orphan", "r1", {"task": {"kind": "answer", "input": 1}})
+        ttl = timedelta(seconds=1)
+        held = await s.brain.leases.acquire("orphan", "a-brain-that-died", ttl=ttl)
+        assert held is not None
+        started = time.monotonic()
+        await assert_eventually(lambda: _answered(s.store, "orphan", "r1"), within=10)
+        assert time.monotonic() - started < ttl.total_seconds() + 1.0
+
+
 async def _has_runs(ledger: Path) -> bool:
     return bool(await asyncio.to_thread(runs, ledger))
 
