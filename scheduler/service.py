@@ -52,7 +52,8 @@ _TURN_SHARE = 0.9
 
 
 class SchedulerSettings(Frozen):
-    timer_every: timedelta = timedelta(milliseconds=250)
+    #: due timers and lapsed leases are looked for this often
+    timer_every: timedelta = timedelta(milliseconds=100)
     reconcile_every: timedelta | None = timedelta(seconds=30)
     ack_wait: timedelta = timedelta(seconds=30)
     #: between attempts to bind the results consumer (NATS away, stream missing)

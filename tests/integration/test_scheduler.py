@@ -165,7 +165,7 @@ async def test_a_session_whose_holder_died_goes_on_as_soon_as_its_lease_lapses(
 ) -> None:
     """A Brain died holding a session's lease: nothing released it and no wake is queued.
     The scheduler wakes the session right after the lease lapses (within its timer
-    period, 250 ms), not at the next reconciler pass — which is off here."""
+    period, 100 ms), not at the next reconciler pass — which is off here."""
     registry = Registry()
     registry.add(kind("answer", {"start": _answer}))
     async with system(tmp_path, location, registry) as s:
