@@ -83,6 +83,18 @@ class ApiClient:
             return response
         raise error_of(response, self.what)
 
+    async def healthy(self) -> bool:
+        """Whether ``/healthz`` answers 200 (open without a token)."""
+        try:
+            response = await self._http.get("/healthz")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def openapi(self) -> dict[str, Any]:
+        document: dict[str, Any] = (await self._request("GET", "/openapi.json")).json()
+        return document
+
     def _parse(self, model: type[_M], response: httpx.Response) -> _M:
         try:
             return model.model_validate_json(response.content)

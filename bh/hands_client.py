@@ -9,9 +9,7 @@ a 401 is ``Unauthorized``; an unreachable API is ``StoreUnavailable`` (retryable
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
-
-import httpx
+from typing import TypeVar
 
 from bh.api_client import ApiClient
 from contracts import (
@@ -102,16 +100,5 @@ class HandsClient(ApiClient):
 
     # -- service ---------------------------------------------------------------------
 
-    async def healthy(self) -> bool:
-        try:
-            response = await self._http.get("/healthz")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def metrics(self) -> str:
         return (await self._request("GET", "/metrics")).text
-
-    async def openapi(self) -> dict[str, Any]:
-        document: dict[str, Any] = (await self._request("GET", "/openapi.json")).json()
-        return document

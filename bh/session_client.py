@@ -187,17 +187,6 @@ class SessionApiClient(ApiClient):
                 delay = min(retry * 2 ** (failures - 1), 10 * retry)
             await asyncio.sleep(delay)
 
-    async def healthy(self) -> bool:
-        try:
-            response = await self._http.get("/healthz")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    async def openapi(self) -> dict[str, Any]:
-        document: dict[str, Any] = (await self._request("GET", "/openapi.json")).json()
-        return document
-
 
 class EventParser:
     """Server-Sent Events, a line at a time: ``feed`` returns ``(event, data, id)`` when

@@ -6,8 +6,8 @@ the dispatch consumer in the same process — one process per Hands host, whose
 ``/metrics`` then covers every operation it ran.
 
 It refuses to start without a token (``BH_HANDS_API_TOKEN``, at least
-``MIN_TOKEN_LENGTH`` characters), which is read from the environment only, never from a
-command line (where ``ps`` would show it).
+``webapi.auth.MIN_TOKEN_LENGTH`` characters), which is read from the environment
+only, never from a command line (where ``ps`` would show it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from contextlib import AsyncExitStack
 from typing import Annotated, Final
 
 import typer
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, ValidationError
 
 from bus import Bus, BusSettings
 from contracts import BrainhandsError, InvalidInput
@@ -32,10 +32,10 @@ from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
 from session_store import open_store
 from webapi import server as web
+from webapi.auth import ApiToken, token_from_env
 
 log = logging.getLogger(__name__)
 
-MIN_TOKEN_LENGTH: Final = 16
 DEFAULT_PORT: Final = 8470
 
 
@@ -43,18 +43,11 @@ class ApiSettings(Frozen):
     hands: HandsSettings
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    token: SecretStr
+    token: ApiToken
     #: connect to NATS: cancellations reach every Hands, ``/metrics`` shows queue depth
     bus: bool = True
     #: also consume dispatches in this process (needs the bus)
     consume: bool = False
-
-    @field_validator("token")
-    @classmethod
-    def _long_enough(cls, token: SecretStr) -> SecretStr:
-        if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
-        return token
 
     @classmethod
     def from_env(
@@ -68,13 +61,7 @@ class ApiSettings(Frozen):
     ) -> ApiSettings:
         """Settings from ``BH_HANDS_API_*`` (and the Hands' ``BH_*``); arguments win."""
         env = os.environ
-        token = env.get("BH_HANDS_API_TOKEN", "")
-        if len(token.strip()) < MIN_TOKEN_LENGTH:
-            raise InvalidInput(
-                "the Hands API will not start without a token: set BH_HANDS_API_TOKEN to a "
-                f"secret of at least {MIN_TOKEN_LENGTH} characters "
-                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
-            )
+        token = token_from_env("BH_HANDS_API_TOKEN", "Hands API")
         values: dict[str, object] = {
             "hands": HandsSettings.from_env(**hands),
             "token": token,

@@ -1,8 +1,8 @@
 """Serving the Session API: its settings, and ``serve_api`` (uvicorn until SIGINT/SIGTERM).
 
 It refuses to start without a token (``BH_SESSION_API_TOKEN``, at least
-``MIN_TOKEN_LENGTH`` characters), read from the environment only, never from a command
-line (where ``ps`` would show it). Wakes come from a factory the caller passes (the
+``webapi.auth.MIN_TOKEN_LENGTH`` characters), read from the environment only, never
+from a command line (where ``ps`` would show it). Wakes come from a factory the caller passes (the
 scheduler's RQ queue); without one, accepted input waits for a scheduler to find it.
 """
 
@@ -17,17 +17,17 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Annotated, Final
 
 import typer
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, ValidationError
 
 from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
 from coordination import WakeQueue
 from session_store import open_store
 from webapi import server as web
+from webapi.auth import ApiToken, token_from_env
 
 log = logging.getLogger(__name__)
 
-MIN_TOKEN_LENGTH: Final = 16
 DEFAULT_PORT: Final = 8460
 
 #: Opens the wake queue for a server's settings, and closes it when the server stops.
@@ -38,14 +38,7 @@ class SessionApiSettings(Frozen):
     store_url: str = Field(min_length=1)
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    token: SecretStr
-
-    @field_validator("token")
-    @classmethod
-    def _long_enough(cls, token: SecretStr) -> SecretStr:
-        if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
-        return token
+    token: ApiToken
 
     @classmethod
     def from_env(
@@ -53,13 +46,7 @@ class SessionApiSettings(Frozen):
     ) -> SessionApiSettings:
         """Settings from ``BH_SESSION_API_*`` and ``BH_STORE_URL``; arguments win."""
         env = os.environ
-        token = env.get("BH_SESSION_API_TOKEN", "")
-        if len(token.strip()) < MIN_TOKEN_LENGTH:
-            raise InvalidInput(
-                "the Session API will not start without a token: set BH_SESSION_API_TOKEN to "
-                f"a secret of at least {MIN_TOKEN_LENGTH} characters "
-                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
-            )
+        token = token_from_env("BH_SESSION_API_TOKEN", "Session API")
         url = store_url or env.get("BH_STORE_URL", "")
         if not url:
             raise InvalidInput("the Session API needs a store: set BH_STORE_URL or --store")

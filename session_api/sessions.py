@@ -233,7 +233,7 @@ def _cancel_target(body: CancelRequest) -> tuple[str, str]:
 
 
 async def _list(store: SessionStore, limit: int) -> SessionList:
-    session_ids, complete = await _active_sessions(store, limit)
+    session_ids, complete = await store.some_active_sessions(limit)
     loads = asyncio.Semaphore(_LOADS)
 
     async def summary(session_id: str) -> SessionSummary:
@@ -255,19 +255,3 @@ async def _list(store: SessionStore, limit: int) -> SessionList:
     found = await asyncio.gather(*(summary(session_id) for session_id in session_ids))
     ordered = sorted(found, key=lambda s: s.updated_at or _NEVER, reverse=True)
     return SessionList(sessions=ordered, truncated=not complete)
-
-
-async def _active_sessions(store: SessionStore, bound: int) -> tuple[list[str], bool]:
-    """Up to ``bound`` active sessions, and whether that was all of them."""
-    sessions: list[str] = []
-    iterator = store.active_sessions()
-    try:
-        async for session_id in iterator:
-            if len(sessions) == bound:
-                return sessions, False
-            sessions.append(session_id)
-    finally:
-        close = getattr(iterator, "aclose", None)
-        if close is not None:
-            await close()
-    return sessions, True

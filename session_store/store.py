@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from types import TracebackType
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
@@ -107,10 +107,23 @@ class SessionStore:
             handle.schedule_baseline()
         return handle
 
-    async def active_sessions(self) -> AsyncIterator[str]:
+    async def active_sessions(self) -> AsyncGenerator[str, None]:
         """Sessions that may have work left; a hint list for the reconciler."""
         async for session_id in self.index.sessions():
             yield session_id
+
+    async def some_active_sessions(self, bound: int) -> tuple[list[str], bool]:
+        """Up to ``bound`` active sessions, and whether that was all of them."""
+        sessions: list[str] = []
+        iterator = self.active_sessions()
+        try:
+            async for session_id in iterator:
+                if len(sessions) == bound:
+                    return sessions, False
+                sessions.append(session_id)
+        finally:
+            await iterator.aclose()
+        return sessions, True
 
     async def sweep(self, session_id: str) -> bool:
         """Drop a finished session from the active index; returns whether it is active."""

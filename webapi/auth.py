@@ -8,16 +8,43 @@ constant time and never logged or echoed.
 from __future__ import annotations
 
 import hmac
+import os
 from collections.abc import Iterable
+from typing import Annotated, Final
 
-from pydantic import SecretStr
+from pydantic import AfterValidator, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from contracts import ErrorInfo
+from contracts import ErrorInfo, InvalidInput
 from webapi.errors import UNAUTHORIZED, error_response
 
 #: Routes open without a token (they reveal nothing).
 OPEN_PATHS = frozenset({"/healthz"})
+#: The shortest API token a server starts with.
+MIN_TOKEN_LENGTH: Final = 16
+
+
+def _long_enough(token: SecretStr) -> SecretStr:
+    if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
+    return token
+
+
+#: An API's bearer token in its settings: at least ``MIN_TOKEN_LENGTH`` characters.
+ApiToken = Annotated[SecretStr, AfterValidator(_long_enough)]
+
+
+def token_from_env(variable: str, api: str) -> str:
+    """The token in ``variable``; ``InvalidInput`` saying how to make one when it is
+    missing or too short (an API never starts without one)."""
+    token = os.environ.get(variable, "")
+    if len(token.strip()) < MIN_TOKEN_LENGTH:
+        raise InvalidInput(
+            f"the {api} will not start without a token: set {variable} to a secret of at "
+            f"least {MIN_TOKEN_LENGTH} characters "
+            "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+        )
+    return token
 
 
 class BearerAuth:

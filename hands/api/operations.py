@@ -147,7 +147,7 @@ async def _list(
     if session is not None:
         sessions, complete = [session], True
     else:
-        sessions, complete = await _active_sessions(store, MAX_SCANNED_SESSIONS)
+        sessions, complete = await store.some_active_sessions(MAX_SCANNED_SESSIONS)
     found: list[Operation] = []
     for session_id in sessions:
         found.extend(await store.list_operations(session_id))
@@ -160,19 +160,3 @@ async def _list(
         truncated=len(matching) > limit or not complete,
         sessions_scanned=len(sessions),
     )
-
-
-async def _active_sessions(store: SessionStore, bound: int) -> tuple[list[str], bool]:
-    """Up to ``bound`` active sessions, and whether that was all of them."""
-    sessions: list[str] = []
-    iterator = store.active_sessions()
-    try:
-        async for session_id in iterator:
-            if len(sessions) == bound:
-                return sessions, False
-            sessions.append(session_id)
-    finally:
-        close = getattr(iterator, "aclose", None)
-        if close is not None:
-            await close()
-    return sessions, True
