@@ -50,6 +50,7 @@ from hands.images import tool_tag
 from hands.registry import register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from hands.service import ConsumerSettings, HandsService, publisher
+from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
@@ -121,8 +122,7 @@ async def rig(
     finally:
         for service in services:
             await service.shutdown()
-        for task in tasks:
-            task.cancel()
+        await cancel_and_wait(*tasks)
         for sandbox in sandboxes:
             await sandbox.close()
         for stream in (DISPATCH_STREAM, RESULTS_STREAM):

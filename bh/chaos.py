@@ -55,6 +55,7 @@ from bh.fleet import Fleet, until_up
 from contracts import CommitRecord, ReplayPolicy
 from contracts.tool import ToolDefinition
 from examples.emails.wire import Ledger
+from runtime.cancellation import cancel_and_wait
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from webapi.server import free_port
@@ -152,9 +153,8 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         await submitting
         await asyncio.wait_for(every_kind.wait(), config.deadline)
         await _settle(store, config, report)
-        faults.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await faults
+        for error in await cancel_and_wait(faults):
+            raise error
     finally:
         fleet.stop_all()
     report.fenced_refusals = await asyncio.to_thread(_fenced_in_logs, work)

@@ -26,6 +26,7 @@ from rich.tree import Tree
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
 from contracts import BrainhandsError, SubmissionStatus, TaskStatus
+from runtime.cancellation import cancel_and_wait
 from session_api.views import (
     DEFAULT_CANCEL_REASON,
     OperationView,
@@ -220,9 +221,7 @@ class Watcher:
                 if self.view is not None:
                     live.update(render(self.view), refresh=True)
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await cancel_and_wait(reader)
 
     @property
     def done(self) -> bool:

@@ -11,7 +11,6 @@ task with the reason and never disturbs its siblings; a newer fence ends the dri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from contracts import (
     TaskStatus,
 )
 from contracts.tool import Cancellation
+from runtime.cancellation import cancel_and_wait
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -440,9 +440,7 @@ class Drive:
                 running.result()  # re-raise FencedError and real failures
 
     async def _stop_all(self) -> None:
-        for running in self.inflight.values():
-            running.cancel()
-        for running in self.inflight.values():
-            with contextlib.suppress(asyncio.CancelledError, BrainhandsError):
-                await running
+        for error in await cancel_and_wait(*self.inflight.values()):
+            if not isinstance(error, BrainhandsError):
+                log.error("a phase stopped with the drive raised: %r", error)
         self.inflight.clear()

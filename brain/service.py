@@ -26,6 +26,7 @@ from contracts import LeaseLost, StoreUnavailable
 from coordination.protocols import Lease, LeaseStore
 from coordination.routes import ADVERTISEMENT_S, Routes, model_offers, route_of
 from coordination.wakes import RQWakes, WakeWorker, queue_name
+from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class BrainService:
             self._threads.append(worker.run_in_thread())
         await self._stopped.wait()
         if advertising is not None:
-            advertising.cancel()
+            await cancel_and_wait(advertising)
 
     async def _advertise(self, routes: Routes) -> None:
         while True:
@@ -157,10 +158,12 @@ class BrainService:
             log.warning("session %s: lease lost; dropped the drive", session_id)
             return "lease lost"
         finally:
-            keeping.cancel()
             self._held.pop(session_id, None)
-            with contextlib.suppress(Exception):
-                await self.leases.release(lease)
+            try:  # the keeper stopped for sure before the release: no extension after it
+                await cancel_and_wait(keeping)
+            finally:
+                with contextlib.suppress(Exception):
+                    await self.leases.release(lease)
         self.reports.append(report)
         if report.next_wake_at is not None and not report.fenced:
             await self.wakes.wake(session_id, reason="timer", at=report.next_wake_at)
@@ -174,5 +177,5 @@ class BrainService:
                 await self.leases.extend(lease, ttl=self.lease_ttl)
             except LeaseLost as lost:
                 log.warning("%s", lost.message)
-                driving.cancel()
+                await cancel_and_wait(driving)
                 return

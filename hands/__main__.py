@@ -12,6 +12,7 @@ import typer
 from contracts import BrainhandsError
 from hands.app import open_hands
 from hands.settings import HandsSettings
+from runtime.cancellation import cancel_and_wait
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
 
@@ -46,7 +47,8 @@ async def _serve(settings: HandsSettings) -> None:
         running = asyncio.create_task(service.run())
         await stop.wait()
         await service.shutdown()
-        running.cancel()
+        for error in await cancel_and_wait(running):
+            raise error
 
 
 if __name__ == "__main__":

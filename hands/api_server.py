@@ -13,7 +13,6 @@ only, never from a command line (where ``ps`` would show it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from contextlib import AsyncExitStack
@@ -30,6 +29,7 @@ from hands.app import make_sandbox
 from hands.executor import Executor
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
+from runtime.cancellation import cancel_and_wait
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import ApiToken, token_from_env
@@ -131,9 +131,8 @@ async def serve_api(settings: ApiSettings) -> None:
         finally:
             if service is not None and consumer is not None:
                 await service.shutdown()
-                consumer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await consumer
+                for error in await cancel_and_wait(consumer):
+                    raise error
 
 
 def serve_command(

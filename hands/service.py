@@ -31,6 +31,7 @@ from contracts import BrainhandsError, ErrorInfo, OperationMismatch
 from contracts.model import Frozen
 from contracts.tool import Cancellation, Dispatch, ResultEvent
 from hands.executor import Busy, Duplicate, Executor, Publish
+from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,7 @@ class HandsService:
                 for message in messages:
                     self._start(message)
         finally:
-            reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
+            await cancel_and_wait(reaper)
 
     async def shutdown(self, graceful: timedelta = timedelta(seconds=10)) -> None:
         """Stop fetching; let running operations finish (or leave them to redelivery)."""
@@ -103,8 +102,7 @@ class HandsService:
         self._subscriptions.clear()
         if self._running:
             await asyncio.wait(set(self._running), timeout=graceful.total_seconds())
-        for running in self._running:
-            running.cancel()
+        await cancel_and_wait(*self._running)
 
     async def _consumer(self) -> Any:
         config = ConsumerConfig(
@@ -165,10 +163,10 @@ class HandsService:
         try:
             await self._process(message)
         finally:
-            keepalive.cancel()
             self._busy -= 1
             self._freed.set()
             self.handled += 1
+            await cancel_and_wait(keepalive)
 
     async def _process(self, message: Msg) -> None:
         try:

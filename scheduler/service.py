@@ -40,6 +40,7 @@ from contracts.model import Frozen
 from contracts.tool import ResultEvent
 from coordination.protocols import LeaseStore
 from coordination.wakes import RQWakes
+from runtime.cancellation import cancel_and_wait
 from scheduler.turns import Turns
 from session_store import SessionStore
 
@@ -107,9 +108,7 @@ class Scheduler:
             for task in done - {stopping}:
                 task.result()  # the loops run forever: only an error ends one
         finally:
-            for task in (stopping, *tasks):
-                task.cancel()
-            await asyncio.gather(stopping, *tasks, return_exceptions=True)
+            await cancel_and_wait(stopping, *tasks)
 
     async def shutdown(self) -> None:
         self._stopping.set()

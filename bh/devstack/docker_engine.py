@@ -8,6 +8,7 @@ failure says so and what to run instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -15,6 +16,8 @@ import subprocess
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+
+import psutil
 
 from bh.devstack import binaries, probe
 from bh.devstack.config import DevConfig
@@ -26,6 +29,12 @@ from bh.devstack.state import StateDir
 VFS_FALLBACK = "--storage-driver=vfs"
 _SKIP_HINT = "or skip it with `bh dev up --without docker`"
 _APT_TIMEOUT_S = 900
+#: the pid files dockerd writes by default, each with the program it names: dockerd will
+#: not start while its own exists, nor while the containerd it started looks alive
+ENGINE_PIDFILES = (
+    (Path("/var/run/docker.pid"), "dockerd"),
+    (Path("/var/run/docker/containerd/containerd.pid"), "containerd"),
+)
 
 
 def service(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> Service:
@@ -77,9 +86,31 @@ def prepare(log: Path, say: Callable[[str], None]) -> None:
             "the Docker engine is not running and only root can install or start dockerd: "
             f"start it yourself (e.g. `sudo systemctl start docker`) {_SKIP_HINT}"
         )
+    for pidfile, program in ENGINE_PIDFILES:
+        if clear_stale_pidfile(pidfile, program):
+            say(f"docker: removed {pidfile}, left by a {program} that is gone")
     if binaries.dockerd() is None:
         say(f"docker: dockerd missing, installing docker.io with apt-get (output in {log})")
         install_docker_io(log)
+
+
+def clear_stale_pidfile(path: Path, program: str) -> bool:
+    """Remove a pid file of the engine when no ``program`` runs under its pid (the engine
+    died with its machine or was SIGKILLed; the pid may name another process by now):
+    dockerd refuses to start over such a file, or waits for a containerd that is not
+    there. True if it was removed."""
+    try:
+        pid = int(path.read_text().strip())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        pid = 0
+    if pid > 0:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).name() == program:
+                return False
+    path.unlink(missing_ok=True)
+    return True
 
 
 def install_docker_io(log: Path) -> None:

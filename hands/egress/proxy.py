@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from hands.egress.route import EgressRoute, proxy_token
+from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +157,7 @@ class EgressProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for task in list(self._handlers):
-                task.cancel()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+            await cancel_and_wait(*self._handlers)
             await self._server.wait_closed()
             self._server = None
 
@@ -397,9 +396,7 @@ class EgressProxy:
         try:
             await asyncio.gather(*pumps)
         finally:
-            for pump in pumps:
-                pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
+            await cancel_and_wait(*pumps)
 
 
 def _destination(method: str, target: str) -> tuple[str, int, str]:

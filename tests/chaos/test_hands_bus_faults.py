@@ -28,6 +28,7 @@ from hands.executor import Executor
 from hands.sandbox import RunOutcome, RunSpec
 from hands.sandbox.process import ProcessSandbox
 from hands.service import CONSUMER, ConsumerSettings, HandsService, publisher
+from runtime.cancellation import cancel_and_wait
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
@@ -158,7 +159,7 @@ async def test_a_dispatch_whose_deliveries_run_out_becomes_a_failed_result(
             await assert_eventually(lambda: _has_result(store, "op-never"), within=30)
         finally:
             await service.shutdown()
-            running.cancel()
+            await cancel_and_wait(running)
     result = await store.get_operation_result("op-never")
     assert result is not None and not result.succeeded and result.error is not None
     assert result.error.code == "delivery_exhausted" and "2 times" in result.error.message

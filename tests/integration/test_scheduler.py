@@ -152,6 +152,38 @@ async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly
         await assert_eventually(lambda: _answered(s.store, "s1", "r2"), within=10)
 
 
+async def test_shutdown_ends_the_scheduler_whichever_redis_call_its_loops_are_in(
+    tmp_path: Path,
+) -> None:
+    """Shutdown cancels the scheduler's loops; one cancelled inside a Redis command (its
+    send is wrapped in asyncio.wait_for, which on Python 3.11 can drop the cancellation)
+    used to loop on, and the run never ended — it held a whole CI run until its limit."""
+    url = require("BH_REDIS_URL", "Redis")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    location, _ = new_location("sqlite", tmp_path)
+    store = await location.open()
+    client = redis.asyncio.Redis.from_url(url)
+    wakes = RQWakes(url, prefix=prefix)
+    try:
+        for attempt in range(40):
+            scheduler = Scheduler(
+                store=store,
+                bus=None,
+                wakes=wakes,
+                leases=RedisLeases(client, prefix=prefix),
+                settings=SchedulerSettings(timer_every=timedelta(0), reconcile_every=None),
+            )
+            running = asyncio.create_task(scheduler.run())
+            await asyncio.sleep(0.001 * (attempt % 7))
+            await scheduler.shutdown()
+            done, _ = await asyncio.wait({running}, timeout=5)
+            assert done, f"attempt {attempt}: the scheduler did not stop"
+    finally:
+        wakes.close()
+        await client.aclose()
+        await location.close_all()
+
+
 def on_db(url: str, db: int) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
 

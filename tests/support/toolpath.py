@@ -27,6 +27,7 @@ from contracts.tool import ToolDefinition
 from hands.executor import Executor
 from hands.sandbox import Sandbox
 from hands.service import ConsumerSettings, HandsService, publisher
+from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
 from tests.support.processes import ROOT
@@ -113,9 +114,7 @@ async def running_hands(
         yield service
     finally:
         await service.shutdown()
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+        await cancel_and_wait(running)
 
 
 def brain_services(

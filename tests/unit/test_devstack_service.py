@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
-from bh.devstack import catalog, envfile
+from bh.devstack import catalog, docker_engine, envfile
 from bh.devstack.config import DevConfig, Ports
 from bh.devstack.errors import DevstackError
 from bh.devstack.process import PidRecord, read_pidfile, write_pidfile
@@ -95,6 +98,32 @@ def test_docker_falls_back_to_vfs_and_exports_its_socket(tmp_path: Path) -> None
     except DevstackError:
         pytest.skip("dockerd is not installed here")
     assert fallback == (*default, "--storage-driver=vfs")
+
+
+def test_a_dockerd_pidfile_left_by_a_dead_engine_is_removed(tmp_path: Path) -> None:
+    """dockerd refuses to start while its pid file exists, even when the pid in it died
+    with the machine (or names another process now): that file is removed first."""
+    dead = tmp_path / "dead.pid"
+    dead.write_text(f"{_a_dead_pid()}\n")
+    not_dockerd = tmp_path / "recycled.pid"
+    not_dockerd.write_text(f"{os.getpid()}\n")  # alive, but this is python, not dockerd
+    garbage = tmp_path / "garbage.pid"
+    garbage.write_text("not a pid")
+    for path in (dead, not_dockerd, garbage):
+        assert docker_engine.clear_stale_pidfile(path, "dockerd") is True
+        assert not path.exists()
+    assert docker_engine.clear_stale_pidfile(tmp_path / "absent.pid", "dockerd") is False
+    alive = tmp_path / "alive.pid"
+    alive.write_text(f"{os.getpid()}\n")
+    program = psutil.Process().name()
+    assert docker_engine.clear_stale_pidfile(alive, program) is False  # it runs: kept
+    assert alive.exists()
+
+
+def _a_dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 def test_env_file_lines_are_shell_quoted() -> None:

@@ -153,7 +153,9 @@ async def test_a_drive_abandoned_during_a_call_leaves_the_operation_to_recovery(
     registry = Registry()
     registry.add(mail_kind())
     async with kernel(tmp_path, registry) as k:
-        spec = ToolSpec(name="send", replay=ReplayPolicy.UNSAFE, timeout=timedelta(seconds=60))
+        # brain-1 runs in this very process, so brain-2 cannot know its attempt ended:
+        # it waits for the attempt's deadline (the tool's timeout) before verifying
+        spec = ToolSpec(name="send", replay=ReplayPolicy.UNSAFE, timeout=timedelta(seconds=2))
         k.tools.register(spec, send, query=query)
         await k.submit_task("mail")
         first = asyncio.create_task(k.runner("brain-1").drive("s1", fence=1))
