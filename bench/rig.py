@@ -46,6 +46,7 @@ from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
+from webapi.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -327,11 +328,3 @@ async def _until_serving(running: Rig) -> None:
             return
         await asyncio.sleep(0.1)
     raise TimeoutError(f"the model server did not start; see {running.work}/model.log")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -46,7 +46,6 @@ from bench.hands import HARDENED
 from bench.rig import (
     Rig,
     brain_argv,
-    free_port,
     hands_argv,
     infrastructure,
     rig,
@@ -56,6 +55,7 @@ from bench.stats import median
 from bench.temporal_flows import LocalSteps, OneCall, Steps, run_container, trivial
 from bench.workload import CHAIN_PHASES
 from hands.images import tool_tag
+from webapi.server import free_port
 
 QUEUE = "bench"
 ECHO_ARGS = '{"message": "hi"}'

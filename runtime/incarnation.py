@@ -80,11 +80,22 @@ def run_state(pid: int) -> str | None:
     return fields[0] if fields else None
 
 
+def program_name(pid: int) -> str | None:
+    """The process's command name (field 2 of ``/proc/<pid>/stat``, cut at 15
+    characters), None when ``/proc`` has no such process."""
+    stat = _stat(pid)
+    return stat[stat.index("(") + 1 : stat.rindex(")")] if stat is not None else None
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/<pid>/stat from field 3 (state) on; None if unavailable."""
+    stat = _stat(pid)
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    return stat[stat.rindex(")") + 2 :].split() if stat is not None else None
+
+
+def _stat(pid: int) -> str | None:
     try:
-        stat = (_PROC / str(pid) / "stat").read_text()
+        return (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    return stat[stat.rindex(")") + 2 :].split()

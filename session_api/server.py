@@ -2,8 +2,9 @@
 
 It refuses to start without a token (``BH_SESSION_API_TOKEN``, at least
 ``webapi.auth.MIN_TOKEN_LENGTH`` characters), read from the environment only, never
-from a command line (where ``ps`` would show it). Wakes come from a factory the caller passes (the
-scheduler's RQ queue); without one, accepted input waits for a scheduler to find it.
+from a command line (where ``ps`` would show it). Wakes come from a factory the caller
+passes (the scheduler's RQ queue); without one, accepted input waits for a scheduler
+to find it.
 """
 
 from __future__ import annotations

@@ -24,8 +24,12 @@ OPEN_PATHS = frozenset({"/healthz"})
 MIN_TOKEN_LENGTH: Final = 16
 
 
+def _too_short(token: str) -> bool:
+    return len(token.strip()) < MIN_TOKEN_LENGTH
+
+
 def _long_enough(token: SecretStr) -> SecretStr:
-    if len(token.get_secret_value().strip()) < MIN_TOKEN_LENGTH:
+    if _too_short(token.get_secret_value()):
         raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters")
     return token
 
@@ -38,7 +42,7 @@ def token_from_env(variable: str, api: str) -> str:
     """The token in ``variable``; ``InvalidInput`` saying how to make one when it is
     missing or too short (an API never starts without one)."""
     token = os.environ.get(variable, "")
-    if len(token.strip()) < MIN_TOKEN_LENGTH:
+    if _too_short(token):
         raise InvalidInput(
             f"the {api} will not start without a token: set {variable} to a secret of at "
             f"least {MIN_TOKEN_LENGTH} characters "

@@ -8,7 +8,6 @@ failure says so and what to run instead.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
@@ -17,12 +16,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-import psutil
-
 from bh.devstack import binaries, probe
 from bh.devstack.config import DevConfig
 from bh.devstack.errors import DevstackError
-from bh.devstack.process import Argv, log_tail
+from bh.devstack.process import Argv, log_tail, runs
 from bh.devstack.service import Service
 from bh.devstack.state import StateDir
 
@@ -105,10 +102,8 @@ def clear_stale_pidfile(path: Path, program: str) -> bool:
         return False
     except (OSError, ValueError):
         pid = 0
-    if pid > 0:
-        with contextlib.suppress(psutil.Error):
-            if psutil.Process(pid).name() == program:
-                return False
+    if pid > 0 and runs(pid, program):
+        return False
     path.unlink(missing_ok=True)
     return True
 

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from bh.devstack.poll import poll_until
-from runtime.incarnation import run_state, start_ticks
+from runtime.incarnation import program_name, run_state, start_ticks
 
 Argv = tuple[str, ...]
 
@@ -114,6 +114,12 @@ def is_running(record: PidRecord) -> bool:
     if not _pid_alive(record.pid):
         return False
     return record.start_ticks is None or start_ticks(record.pid) == record.start_ticks
+
+
+def runs(pid: int, program: str) -> bool:
+    """True if ``program`` (its command name) runs under ``pid``: not a zombie, not
+    another program that got the pid since."""
+    return _pid_alive(pid) and program_name(pid) == program
 
 
 def stop(record: PidRecord, *, timeout: timedelta) -> Stopped:
