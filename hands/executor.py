@@ -320,6 +320,7 @@ class Executor:
         claimed = await self._claim(record, definition, new_attempt=state is None)
         self.crash.reached("hands:claimed")
         if state is None:  # about to start it: a cancellation recorded meanwhile wins
+            await self.pause("start:read")
             current = await self.store.get_operation(claimed.operation_id) or claimed
             if current.cancel:
                 return await self._settle_cancelled(current)
