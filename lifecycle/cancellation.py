@@ -12,9 +12,9 @@ none (no Hands recorded it yet)        a ``cancelled`` record and result: it nev
 ``running`` (claimed)                  ``cancel`` on the record: the runner does not
                                        start it, or stops it; its result then says what
                                        happened (``cancelled`` only if it never started)
-``uncertain``                          ``cancelled`` by decision of the canceller (it
-                                       will not be re-run; whether it happened stays
-                                       in the reason)
+``uncertain``                          nothing: it is never re-run without an operator,
+                                       and whether it happened is still unknown (an
+                                       operator settles it: ``bh ops settle``)
 final                                  nothing: the result stands
 =====================================  ================================================
 """
@@ -86,20 +86,17 @@ async def record_cancel(
                 )
                 await write_cancelled(store, created, reason)
                 return created
-            if record.status.is_final or record.cancel:
-                return record
+            if record.status is not OperationStatus.ACCEPTED and (
+                record.status is not OperationStatus.RUNNING or record.cancel
+            ):
+                return record  # final, uncertain, or its cancellation recorded already
             asked = f"{reason} (by {by})"
             if record.status is OperationStatus.RUNNING:
                 return await store.transition_operation(
                     record, OperationStatus.RUNNING, cancel=asked
                 )
-            decided = (
-                {"decided_by": by, "decision": f"cancelled: {reason}"}
-                if record.status is OperationStatus.UNCERTAIN
-                else {}
-            )
             cancelled = await store.transition_operation(
-                record, OperationStatus.CANCELLED, cancel=asked, **decided
+                record, OperationStatus.CANCELLED, cancel=asked, reason=reason
             )
             await write_cancelled(store, cancelled, reason)
             return cancelled
