@@ -53,7 +53,6 @@ from contracts import (
     OperationResult,
     OperationStatus,
     Refused,
-    ReplayPolicy,
     utcnow,
 )
 from contracts.arguments import argument_problem
@@ -69,6 +68,7 @@ from contracts.tool import (
 from hands.metrics import HandsMetrics
 from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, Sandbox, container_name
 from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write_cancelled
+from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
 from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
@@ -76,7 +76,7 @@ from session_store import SessionStore
 log = logging.getLogger(__name__)
 
 #: Starts of one operation before an unknown outcome is left to an operator.
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = LifecycleSettings().max_attempts
 
 Publish = Callable[[ResultEvent], Awaitable[None]]
 
@@ -122,7 +122,7 @@ class Executor:
         executor_id: str,
         crash: CrashPoints | None = None,
         clock: Callable[[], datetime] = utcnow,
-        grace: timedelta = timedelta(seconds=30),
+        lifecycle: LifecycleSettings | None = None,
         metrics: HandsMetrics | None = None,
         pause: Pause = _no_pause,
         cancel_poll: timedelta = timedelta(seconds=2),
@@ -133,7 +133,7 @@ class Executor:
         self.executor_id = executor_id
         self.crash = crash or CrashPoints()
         self.clock = clock
-        self.grace = grace
+        self.lifecycle = lifecycle or LifecycleSettings()
         self.metrics = metrics or HandsMetrics()
         #: a test hook between reading a record and writing its next revision
         self.pause = pause
@@ -303,29 +303,70 @@ class Executor:
     async def _run(
         self, record: Operation, definition: ToolDefinition, dispatch: Dispatch
     ) -> OperationResult | None:
+        """Decide by the lifecycle's table (``lifecycle.decision``) and act."""
         state = await self.sandbox.state(record.operation_id)
-        started_before = record.attempts > 0 or record.status is OperationStatus.RUNNING
-        if state is None and started_before:
-            self._wait_if_starting(record)
-            why = (
-                f"attempt {record.attempts} by {record.executor} may have run, and left no "
-                "container and no result"
-            )
-            if record.cancel:  # never re-run a cancelled operation
-                await self._park(record, f"{why}; cancelled meanwhile ({record.cancel})")
-                return None
-            return await self._recover(record, definition, why)
-        if state is None and record.cancel:
+        evidence = Evidence(
+            record=record,
+            run_exists=state is not None,
+            # ours and not in flight here (``inflight``): that attempt ended
+            attempt_over=record.executor == self.executor_id,
+            now=self.clock(),
+        )
+        decision = decide(evidence, Policy.of(definition), self.lifecycle)
+        return await self._act(decision, record, definition)
+
+    async def _recover(
+        self, record: Operation, definition: ToolDefinition, why: str
+    ) -> OperationResult | None:
+        """Our own attempt ended with its outcome unknown (``why``): decide again."""
+        current = await self.store.get_operation(record.operation_id) or record
+        evidence = Evidence(record=current, attempt_over=True, now=self.clock())
+        decision = decide(evidence, Policy.of(definition), self.lifecycle)
+        decision = decision.model_copy(update={"why": f"{why}; {decision.why}"})
+        return await self._act(decision, current, definition)
+
+    async def _act(
+        self, decision: Decision, record: Operation, definition: ToolDefinition
+    ) -> OperationResult | None:
+        step = decision.step
+        if step is Step.WAIT:
+            raise Busy(f"operation {record.operation_id}: {decision.why}", until=decision.until)
+        if step is Step.PARKED:
+            return None
+        if step is Step.PARK:
+            await self._park(record, decision.why)
+            return None
+        if step is Step.CANCELLED:
             return await self._settle_cancelled(record)
-        claimed = await self._claim(record, definition, new_attempt=state is None)
+        if step is Step.REUSE:
+            return await self.store.get_operation_result(record.operation_id)
+        if step is Step.RECONNECT:
+            claimed = await self._claim(record, definition, new_attempt=False)
+            self.crash.reached("hands:claimed")
+            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
+            return await self._finish(claimed, definition, outcome, "executed")
+        if step is Step.VERIFY:
+            claimed = await self._claim(record, definition, new_attempt=False)
+            found = await self._query(claimed, definition)
+            if found is not None:
+                return await self._settle(claimed, found)
+            record = claimed
+        path = "replayed" if step is Step.REPLAY else "executed"
+        return await self._start(record, definition, path)
+
+    async def _start(
+        self, record: Operation, definition: ToolDefinition, path: str
+    ) -> OperationResult | None:
+        """Claim a new attempt and start its run — unless a cancellation was recorded
+        meanwhile (read again just before the start: it wins)."""
+        claimed = await self._claim(record, definition, new_attempt=True)
         self.crash.reached("hands:claimed")
-        if state is None:  # about to start it: a cancellation recorded meanwhile wins
-            await self.pause("start:read")
-            current = await self.store.get_operation(claimed.operation_id) or claimed
-            if current.cancel:
-                return await self._settle_cancelled(current)
+        await self.pause("start:read")
+        current = await self.store.get_operation(claimed.operation_id) or claimed
+        if current.cancel:
+            return await self._settle_cancelled(current)
         outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-        return await self._finish(claimed, definition, outcome, "executed")
+        return await self._finish(claimed, definition, outcome, path)
 
     async def _settle_cancelled(self, record: Operation) -> OperationResult:
         """Cancelled before its run started: ``cancelled`` is what happened."""
@@ -334,50 +375,6 @@ class Executor:
                 record, OperationStatus.CANCELLED, reason=record.cancel, **_decided(record, self)
             )
         return await self._settle(record, cancelled_result(record, record.cancel))
-
-    def _wait_if_starting(self, record: Operation) -> None:
-        """Another executor claimed the operation and has no container (yet): until its
-        claim's deadline it may still start one, so the outcome is not unknown yet."""
-        if record.status is not OperationStatus.RUNNING or record.deadline is None:
-            return
-        if record.executor == self.executor_id:
-            return  # ours, and not in flight here (``inflight``): it ended
-        if self.clock() < record.deadline:
-            raise Busy(
-                f"operation {record.operation_id} was claimed by {record.executor}, which "
-                f"may still start it until {record.deadline.isoformat()}",
-                until=record.deadline,
-            )
-
-    async def _recover(
-        self, record: Operation, definition: ToolDefinition, why: str
-    ) -> OperationResult | None:
-        """The last attempt's outcome is unknown (``why``): recover by the tool's replay
-        policy, within ``MAX_ATTEMPTS`` starts."""
-        if record.attempts >= MAX_ATTEMPTS:
-            await self._park(
-                record,
-                f"{why}; {record.attempts} attempts made, giving the decision to an operator",
-            )
-            return None
-        if definition.replay is ReplayPolicy.SAFE:
-            claimed = await self._claim(record, definition, new_attempt=True)
-            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-            return await self._finish(claimed, definition, outcome, "replayed")
-        if definition.queryable:
-            claimed = await self._claim(record, definition, new_attempt=False)
-            found = await self._query(claimed, definition)
-            if found is not None:
-                return await self._settle(claimed, found)
-            retry = await self._claim(claimed, definition, new_attempt=True)
-            outcome = await self._sandboxed(retry, definition, DispatchMode.RUN)
-            return await self._finish(retry, definition, outcome, "executed")
-        await self._park(
-            record,
-            f"{why}; {definition.name} is not replay-safe and has no query, so it is not "
-            "re-run: an operator must decide",
-        )
-        return None
 
     async def _park(self, record: Operation, reason: str) -> None:
         reason = f"operation {record.operation_id} ({record.tool}): {reason}"
@@ -401,7 +398,9 @@ class Executor:
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
     ) -> Operation:
         """A create-once revision naming this executor; of several claimers one wins."""
-        deadline = self.clock() + timedelta(seconds=definition.timeout_s) + self.grace
+        deadline = (
+            self.clock() + timedelta(seconds=definition.timeout_s) + self.lifecycle.start_allowance
+        )
         await self.pause("claim:read")
         try:
             return await self.store.transition_operation(
@@ -593,7 +592,8 @@ class Executor:
         if run.operation_id in self.inflight:
             return False  # its handler here brings it home
         result = await self.store.get_operation_result(run.operation_id)
-        overdue = run.deadline is not None and self.clock() > run.deadline + self.grace
+        margin = self.lifecycle.takeover_margin
+        overdue = run.deadline is not None and self.clock() > run.deadline + margin
         if result is not None and run.state is RunState.EXITED:
             await self.sandbox.remove(run.operation_id, run.mode)
             return True

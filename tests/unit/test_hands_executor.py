@@ -22,6 +22,7 @@ from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, Too
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
 from hands.sandbox import RunSpec
 from hands.sandbox.process import ProcessSandbox
+from lifecycle.decision import LifecycleSettings
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
 from tests.support.intents import CommittingExecutor
@@ -227,7 +228,8 @@ async def test_a_claim_without_a_container_is_waited_for_until_its_deadline(
     claimed = await hands.executor("other")._claim(record, definition, new_attempt=True)
     with pytest.raises(Busy) as busy:
         await hands.executor().handle(dispatch("unsafe"))
-    assert busy.value.until == claimed.deadline
+    assert claimed.deadline is not None
+    assert busy.value.until == claimed.deadline + LifecycleSettings().takeover_margin
     current = await hands.store.get_operation("op-1")
     assert current == claimed and hands.runs() == []
 
