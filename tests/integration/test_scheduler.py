@@ -23,13 +23,13 @@ import pytest
 import redis.asyncio
 
 from brain.context import PhaseContext
-from brain.outcome import Done, Effects, PhaseOutcome
+from brain.outcome import Done, Effects, PhaseOutcome, Sleep
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus
-from contracts import SubmissionStatus
+from contracts import SubmissionStatus, TaskStatus, utcnow
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
 from hands.sandbox.process import ProcessSandbox
@@ -337,3 +337,48 @@ async def _relayed(store: SessionStore, session_id: str) -> bool:
     state = (await store.session(session_id)).state
     waiting = any(t.wait and t.wait.operations for t in state.tasks.values())
     return waiting and not state.outbox
+
+
+async def _sleep_a_day(ctx: PhaseContext) -> PhaseOutcome:
+    return Sleep(until=utcnow() + timedelta(days=1), next_phase="done")
+
+
+async def _done(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result="slept")
+
+
+@pytest.mark.sqlite
+async def test_only_sessions_waiting_on_the_hands_need_attention(
+    tmp_path: Path, sqlite_only: StoreLocation
+) -> None:
+    """Issue 13, defect 11 (the reconciler's part): a pass of the attention set costs in
+    proportion to the sessions that need it. A session sleeping for a day, or idle,
+    is not in it, and an attention pass neither reads it nor writes to it; the audit of
+    every active session runs every 10 min, not every 30 s."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    registry.add(kind("sleeper", {"start": _sleep_a_day, "done": _done}))
+    async with system(tmp_path, sqlite_only, registry, hands=False, watch_after=timedelta(0)) as s:
+        await s.client.submit("asleep", "r1", {"task": {"kind": "sleeper"}})
+        await s.client.submit("waiting", "r1", {"task": {"kind": "caller", "input": 0.1}})
+        for session_id in ("asleep", "waiting"):
+            await s.wakes.wake(session_id, reason="submission")
+        await assert_eventually(lambda: _relayed(s.store, "waiting"), within=20)
+        await assert_eventually(lambda: _sleeping(s.store, "asleep"), within=20)
+        await assert_eventually(lambda: _attention(s.wakes, "waiting"), within=10)
+        before = (await s.store.session("asleep")).seq
+        scheduler = Scheduler(store=s.store, bus=None, wakes=s.wakes, leases=s.brain.leases)
+        assert "asleep" not in await s.wakes.attention.take()
+        assert (await s.store.session("asleep")).seq == before
+    assert SchedulerSettings().reconcile_every == timedelta(minutes=10)
+    assert scheduler.passes == 0
+
+
+async def _sleeping(store: SessionStore, session_id: str) -> bool:
+    state = (await store.session(session_id)).state
+    return any(t.status is TaskStatus.SLEEPING for t in state.tasks.values())
+
+
+async def _attention(wakes: RQWakes, session_id: str) -> bool:
+    due = await wakes.attention.take()
+    return session_id in due
