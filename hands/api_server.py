@@ -33,6 +33,7 @@ from runtime.cancellation import cancel_and_wait
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import ApiToken, token_from_env
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class ApiSettings(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     token: ApiToken
+    #: request bodies over this many bytes are refused unread (413)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=MIN_MAX_BODY_BYTES)
     #: connect to NATS: cancellations reach every Hands, ``/metrics`` shows queue depth
     bus: bool = True
     #: also consume dispatches in this process (needs the bus)
@@ -67,6 +70,7 @@ class ApiSettings(Frozen):
             "token": token,
             "host": host or env.get("BH_HANDS_API_HOST") or "127.0.0.1",
             "port": port if port is not None else env.get("BH_HANDS_API_PORT") or DEFAULT_PORT,
+            "max_body_bytes": env.get("BH_HANDS_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES,
             "bus": bus if bus is not None else True,
             "consume": consume if consume is not None else _flag(env.get("BH_HANDS_API_CONSUME")),
         }
@@ -116,6 +120,7 @@ async def serve_api(settings: ApiSettings) -> None:
             bus=bus,
             token=settings.token,
             metrics=metrics,
+            max_body_bytes=settings.max_body_bytes,
         )
         server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None

@@ -27,6 +27,7 @@ from session_api.views import Health
 from session_store import SessionStore
 from webapi import errors
 from webapi.auth import BearerAuth
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,12 @@ def create_app(
     streams: StreamSettings | None = None,
     wake_timeout: timedelta = timedelta(seconds=5),
     list_limit: int = LIST_LIMIT,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
     accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
-    finds the work later)."""
+    finds the work later). Request bodies over ``max_body_bytes`` are refused unread
+    (413)."""
     if not token.get_secret_value().strip():
         raise InvalidInput("the Session API needs a non-empty token")
     if store.read_only:
@@ -79,6 +82,8 @@ def create_app(
         openapi_url="/openapi.json",
     )
     app.state.context = context
+    # The last added runs first: the token is checked before any body is read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(BearerAuth, token=token, realm="brainhands-sessions")
     errors.install(app, service="the Session API")
     app.include_router(_health_router())

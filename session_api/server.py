@@ -26,6 +26,7 @@ from coordination import WakeQueue
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import ApiToken, token_from_env
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class SessionApiSettings(Frozen):
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     token: ApiToken
+    #: request bodies over this many bytes are refused unread (413)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=MIN_MAX_BODY_BYTES)
 
     @classmethod
     def from_env(
@@ -56,6 +59,7 @@ class SessionApiSettings(Frozen):
             "token": token,
             "host": host or env.get("BH_SESSION_API_HOST") or "127.0.0.1",
             "port": port if port is not None else env.get("BH_SESSION_API_PORT") or DEFAULT_PORT,
+            "max_body_bytes": env.get("BH_SESSION_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES,
         }
         try:
             return cls.model_validate(values)
@@ -76,7 +80,12 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from session_api.app import create_app, stop_streams
 
-        app = create_app(store=store, wakes=queue, token=settings.token)
+        app = create_app(
+            store=store,
+            wakes=queue,
+            token=settings.token,
+            max_body_bytes=settings.max_body_bytes,
+        )
         server = web.server(app, host=settings.host, port=settings.port)
         with web.stop_on_signals(server, lambda: stop_streams(app)):
             await server.serve()

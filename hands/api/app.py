@@ -27,6 +27,7 @@ from hands.sandbox import Sandbox
 from session_store import SessionStore
 from webapi import errors
 from webapi.auth import BearerAuth
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 
 #: Documents the bearer scheme in the OpenAPI document; ``BearerAuth`` enforces it.
 _BEARER = HTTPBearer(auto_error=False, description="The Hands API token.")
@@ -44,9 +45,11 @@ def create_app(
     bus: Bus | None,
     token: SecretStr,
     metrics: HandsMetrics | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API over ``store`` (the truth), acting through ``executor`` and ``sandbox``
-    (this host's), broadcasting cancellations on ``bus`` when there is one."""
+    (this host's), broadcasting cancellations on ``bus`` when there is one. Request bodies over
+    ``max_body_bytes`` are refused unread (413)."""
     if not token.get_secret_value().strip():
         raise InvalidInput("the Hands API needs a non-empty token")
     context = ApiContext(
@@ -65,6 +68,8 @@ def create_app(
         redoc_url=None,
         openapi_url="/openapi.json",
     )
+    # The last added runs first: the token is checked before any body is read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(BearerAuth, token=token, realm="brainhands-hands")
     errors.install(app, service="the Hands API", statuses=((Busy, 409),))
     app.include_router(_health_router())
