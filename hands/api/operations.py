@@ -1,4 +1,4 @@
-"""``/v1/operations``: an operation's record and result, lists, cancel and verify.
+"""``/v1/operations``: an operation's record and result, lists, cancel, verify, settle.
 
 The store is the truth: every answer is read from it after the action. A cancel acts
 here (this host's container, or an operation that never started) and, with a bus, is
@@ -17,11 +17,13 @@ from contracts import Identifier, NotFound, Operation, OperationStatus, StoreUna
 from contracts.errors import ErrorBody
 from contracts.tool import Cancellation
 from hands.api.context import ApiContext
+from hands.api.settlement import settle
 from hands.api.views import (
     CancelRequest,
     OperationList,
     OperationSummary,
     OperationView,
+    SettleRequest,
     Verification,
 )
 from session_store import SessionStore
@@ -110,6 +112,22 @@ def operations_router(context: ApiContext) -> APIRouter:
         found = await context.executor.verify(operation_id)
         view = await view_of(context.store, operation_id)
         return Verification(found=found is not None, operation=view)
+
+    @router.post(
+        "/{operation_id}/settle",
+        responses={
+            **_NOT_FOUND,
+            409: {"model": ErrorBody, "description": "The operation is not uncertain"},
+        },
+    )
+    async def settle_operation(
+        operation_id: OperationId, body: SettleRequest, grant: Operator
+    ) -> OperationView:
+        """Record an operator's decision on an ``uncertain`` operation (who: the token's
+        name; why: ``reason``) and wake its task; 409 for any other status."""
+        operation = await _operation(context.store, operation_id, grant)
+        await settle(context, operation, body, grant)
+        return await view_of(context.store, operation_id)
 
     return router
 
