@@ -24,7 +24,6 @@ from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, Bus
 from contracts import CommitRecord, Outcome, StoreUnavailable
 from contracts.tool import Dispatch
-from hands.executor import Executor
 from hands.sandbox import RunOutcome, RunSpec
 from hands.sandbox.process import ProcessSandbox
 from hands.service import CONSUMER, ConsumerSettings, HandsService, publisher
@@ -33,6 +32,7 @@ from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
+from tests.support.intents import CommittingExecutor
 from tests.support.kernel import kind
 from tests.support.processes import ROOT
 from tests.support.toolpath import (
@@ -143,7 +143,7 @@ async def test_a_dispatch_whose_deliveries_run_out_becomes_a_failed_result(
     await store.tools.register(ledger_tool("act", tmp_path / "ledger"))
     settings = ConsumerSettings(max_deliver=2, retry_delay=timedelta(seconds=0.2))
     async with scratch_bus(bus_settings()) as bus:
-        executor = Executor(
+        executor = CommittingExecutor(
             store=store,
             sandbox=Unreachable(tmp_path / "runs"),
             publish=publisher(bus),

@@ -39,6 +39,7 @@ from hands.service import CONSUMER as SERVICE_CONSUMER
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
 from tests.support.http_server import free_port, serve
+from tests.support.intents import CommittingExecutor
 from tests.support.processes import ROOT
 from tests.support.toolpath import ledger_tool, runs, scratch_bus
 
@@ -139,7 +140,9 @@ async def open_api(tmp_path: Path, bus: Bus | None) -> AsyncIterator[Api]:
     async def publish(event: ResultEvent) -> None:
         events.append(event)
 
-    executor = Executor(store=store, sandbox=sandbox, publish=publish, executor_id="hands-api")
+    executor = CommittingExecutor(
+        store=store, sandbox=sandbox, publish=publish, executor_id="hands-api"
+    )
     metrics = HandsMetrics()
     app = create_app(
         store=store,
@@ -387,7 +390,7 @@ async def test_an_unexpected_failure_is_500_without_its_internals(api: Api) -> N
 async def test_the_process_sandbox_has_no_images_to_register(tmp_path: Path) -> None:
     plain = ProcessSandbox(tmp_path / "runs")
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    executor = Executor(store=store, sandbox=plain, publish=_ignore, executor_id="x")
+    executor = CommittingExecutor(store=store, sandbox=plain, publish=_ignore, executor_id="x")
     app = create_app(
         store=store, executor=executor, sandbox=plain, bus=None, token=SecretStr(TOKEN)
     )
