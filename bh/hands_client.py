@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from pydantic import JsonValue
+
 from bh.api_client import ApiClient
 from contracts import (
     OperationStatus,
@@ -22,6 +24,7 @@ from hands.api.views import (
     CancelRequest,
     OperationList,
     OperationView,
+    SettleRequest,
     ToolList,
     Verification,
 )
@@ -68,6 +71,18 @@ class HandsClient(ApiClient):
         body = CancelRequest() if reason is None else CancelRequest(reason=reason)
         response = await self._request(
             "POST", f"/v1/operations/{operation_id}/cancel", json=body.model_dump()
+        )
+        return self._parse(OperationView, response)
+
+    async def settle(
+        self, operation_id: str, *, outcome: str, reason: str, output: JsonValue = None
+    ) -> OperationView:
+        """Record a decision on an ``uncertain`` operation (as this token's name)."""
+        body = SettleRequest.model_validate(
+            {"outcome": outcome, "reason": reason, "output": output}
+        )
+        response = await self._request(
+            "POST", f"/v1/operations/{operation_id}/settle", json=body.model_dump(mode="json")
         )
         return self._parse(OperationView, response)
 

@@ -1,17 +1,20 @@
-"""``bh ops``: look at, list, cancel and verify operations through the Hands API.
+"""``bh ops``: look at, list, cancel, verify and settle operations through the Hands API.
 
 The API is found by ``--api-url`` / ``BH_HANDS_API_URL`` and authenticated with
 ``--token`` / ``BH_HANDS_API_TOKEN`` (prefer the variable: options show in ``ps``).
 Exit status 2 on an error (``code: message`` on stderr); ``verify`` exits 1 when the
-tool's query did not find the operation.
+tool's query did not find the operation. ``settle`` records an operator's decision on
+an ``uncertain`` operation, as the token's name (``docs/hands-api.md``).
 """
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Annotated, TypeVar
 
 import typer
+from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +23,9 @@ from bh.hands_client import HandsClient
 from contracts import OperationStatus
 from hands.api.views import DEFAULT_CANCEL_REASON, OperationSummary, OperationView
 
-app = typer.Typer(help="Inspect, cancel and verify operations (Hands API).", no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect, cancel, verify and settle operations (Hands API).", no_args_is_help=True
+)
 console = Console()
 errors = Console(stderr=True)
 
@@ -119,6 +124,51 @@ def verify(
         console.print(f"query: [bold]{said}[/]")
     if not verification.found:
         raise typer.Exit(1)
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@app.command()
+def settle(
+    operation_id: OperationId,
+    outcome: Annotated[Outcome, typer.Option(help="What happened, as you found out.")],
+    reason: Annotated[str, typer.Option(help="Why you say so (recorded, with your token's name).")],
+    output: Annotated[
+        str | None, typer.Option(help="The operation's output, as JSON (for succeeded).")
+    ] = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Decide an uncertain operation's outcome; its waiting task then resumes with it."""
+    value = _json_option(output, "--output")
+    view = run_client(
+        HandsClient,
+        api_url,
+        token,
+        lambda hands: hands.settle(
+            operation_id, outcome=outcome.value, reason=reason, output=value
+        ),
+    )
+    if as_json:
+        print_json(view)
+        return
+    show_operation(view)
+    console.print(f"settled [bold]{view.status.value}[/] by {view.decided_by}: {view.decision}")
+
+
+def _json_option(text: str | None, option: str) -> JsonValue:
+    if text is None:
+        return None
+    try:
+        value: JsonValue = json.loads(text)
+    except json.JSONDecodeError as error:
+        errors.print(f"[red]invalid_input[/]: {option} is not JSON: {error}", highlight=False)
+        raise typer.Exit(2) from None
+    return value
 
 
 def show_operation(view: OperationView) -> None:

@@ -331,6 +331,8 @@ def operations_table(operations: list[OperationView], total: int) -> Table:
                 result += f" ({op.result.termination})"
         elif op.reason:
             result = op.reason
+        if op.decided_by:
+            result += f" — decided by {op.decided_by}: {op.decision}"
         table.add_row(
             op.operation_id,
             op.task_id or "",

@@ -29,6 +29,7 @@ session's operation); reloading does not change the answer.
     │   ├── VersionMismatch              version_mismatch
     │   └── OperationMismatch            operation_mismatch
     ├── Unauthorized                     unauthorized         an API refused the token
+    ├── Forbidden                        forbidden            the token's scope excludes it
     ├── FencedError                      fenced               terminal for that lease
     ├── LeaseLost                        lease_lost           terminal for that lease
     ├── StoreUnavailable                 store_unavailable    retryable
@@ -162,6 +163,12 @@ class Unauthorized(BrainhandsError):
     """An HTTP API refused the caller's token (HTTP 401)."""
 
     code = "unauthorized"
+
+
+class Forbidden(BrainhandsError):
+    """An HTTP API's token is valid but its scope does not allow the request (HTTP 403)."""
+
+    code = "forbidden"
 
 
 class FencedError(BrainhandsError):

@@ -5,9 +5,10 @@ executor of its own (cancel and verify act through it). With ``consume`` it also
 the dispatch consumer in the same process — one process per Hands host, whose
 ``/metrics`` then covers every operation it ran.
 
-It refuses to start without a token (``BH_HANDS_API_TOKEN``, at least
-``webapi.auth.MIN_TOKEN_LENGTH`` characters), which is read from the environment
-only, never from a command line (where ``ps`` would show it).
+It refuses to start without a token: ``BH_HANDS_API_TOKEN`` (one unscoped token of at
+least ``webapi.auth.MIN_TOKEN_LENGTH`` characters) and/or ``BH_HANDS_API_TOKENS_FILE``
+(a 0600 JSON file of scoped tokens, ``webapi.auth``), read from the environment only,
+never from a command line (where ``ps`` would show it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
 from session_store import open_store
 from webapi import server as web
-from webapi.auth import ApiToken, token_from_env
+from webapi.auth import Grant, grants_from_env
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,10 @@ class ApiSettings(Frozen):
     hands: HandsSettings
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    token: ApiToken
+    #: the tokens and their scopes (``webapi.auth.grants_from_env``)
+    tokens: tuple[Grant, ...] = Field(min_length=1)
+    #: request bodies over this many bytes are refused unread (413)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=MIN_MAX_BODY_BYTES)
     #: connect to NATS: cancellations reach every Hands, ``/metrics`` shows queue depth
     bus: bool = True
     #: also consume dispatches in this process (needs the bus)
@@ -61,12 +66,13 @@ class ApiSettings(Frozen):
     ) -> ApiSettings:
         """Settings from ``BH_HANDS_API_*`` (and the Hands' ``BH_*``); arguments win."""
         env = os.environ
-        token = token_from_env("BH_HANDS_API_TOKEN", "Hands API")
+        tokens = grants_from_env("BH_HANDS_API", "Hands API")
         values: dict[str, object] = {
             "hands": HandsSettings.from_env(**hands),
-            "token": token,
+            "tokens": tokens,
             "host": host or env.get("BH_HANDS_API_HOST") or "127.0.0.1",
             "port": port if port is not None else env.get("BH_HANDS_API_PORT") or DEFAULT_PORT,
+            "max_body_bytes": env.get("BH_HANDS_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES,
             "bus": bus if bus is not None else True,
             "consume": consume if consume is not None else _flag(env.get("BH_HANDS_API_CONSUME")),
         }
@@ -114,8 +120,9 @@ async def serve_api(settings: ApiSettings) -> None:
             executor=executor,
             sandbox=sandbox,
             bus=bus,
-            token=settings.token,
+            tokens=settings.tokens,
             metrics=metrics,
+            max_body_bytes=settings.max_body_bytes,
         )
         server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None
@@ -155,7 +162,7 @@ def serve_command(
         typer.Option("--consume/--no-consume", help="Also run dispatches [BH_HANDS_API_CONSUME]"),
     ] = None,
 ) -> None:
-    """Serve the Hands HTTP API; the token comes from BH_HANDS_API_TOKEN only."""
+    """Serve the Hands HTTP API; tokens come from BH_HANDS_API_TOKEN(S_FILE) only."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = ApiSettings.from_env(

@@ -1,14 +1,16 @@
 """The Session API as one ASGI app, built from what it serves (no globals).
 
-``create_app(store=..., wakes=..., token=...)``; serve it with uvicorn
+``create_app(store=..., wakes=..., token=..., tokens=...)``; serve it with uvicorn
 (``session_api.server.serve_api``). Every route but ``/healthz`` needs
-``Authorization: Bearer <token>``; the OpenAPI document is at ``/openapi.json``.
+``Authorization: Bearer <token>``, of a token whose scope allows it (``webapi.auth``);
+the OpenAPI document is at ``/openapi.json``.
 ``stop_streams(app)`` ends the open event streams (a server calls it when it stops).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
@@ -26,7 +28,8 @@ from session_api.stream import StreamSettings
 from session_api.views import Health
 from session_store import SessionStore
 from webapi import errors
-from webapi.auth import BearerAuth
+from webapi.auth import BearerAuth, Grant, grants_of
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ LIST_LIMIT: Final = 200
 _BEARER = HTTPBearer(auto_error=False, description="The Session API token.")
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    403: {"model": ErrorBody, "description": "The token's scope does not allow it"},
     422: {"model": ErrorBody, "description": "A field is missing or invalid"},
 }
 
@@ -45,16 +49,18 @@ def create_app(
     *,
     store: SessionStore,
     wakes: WakeQueue | None,
-    token: SecretStr,
+    token: SecretStr | None = None,
+    tokens: Sequence[Grant] = (),
     streams: StreamSettings | None = None,
     wake_timeout: timedelta = timedelta(seconds=5),
     list_limit: int = LIST_LIMIT,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
     accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
-    finds the work later)."""
-    if not token.get_secret_value().strip():
-        raise InvalidInput("the Session API needs a non-empty token")
+    finds the work later). Request bodies over ``max_body_bytes`` are refused unread
+    (413)."""
+    grants = grants_of(token, tokens, "Session API")
     if store.read_only:
         raise InvalidInput("the Session API commits submissions: open the store writable")
     if wakes is None:
@@ -79,7 +85,9 @@ def create_app(
         openapi_url="/openapi.json",
     )
     app.state.context = context
-    app.add_middleware(BearerAuth, token=token, realm="brainhands-sessions")
+    # The last added runs first: the token is checked before any body is read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BearerAuth, grants=grants, realm="brainhands-sessions")
     errors.install(app, service="the Session API")
     app.include_router(_health_router())
     app.include_router(

@@ -9,12 +9,16 @@ session's control document, where the scheduler reports tasks no Brain can run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from pydantic import ValidationError
+
 from contracts import (
     CONTROL_DOCUMENT,
+    Commit,
     CommitRecord,
     Entry,
     Operation,
@@ -26,6 +30,7 @@ from session_api.views import (
     Archived,
     BlockedTask,
     CommitEvent,
+    DecisionView,
     EntryView,
     OperationView,
     OutboxView,
@@ -37,6 +42,7 @@ from session_api.views import (
     WaitView,
 )
 from session_store import SessionHandle, SessionState, SessionStore
+from session_store.submissions import DECISIONS
 
 #: Entries are shortened to this many characters.
 TEXT_LIMIT: Final = 200
@@ -72,6 +78,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         blocked=blocked,
         cancel_requests=_strings(control.get("cancel_requests")),
         cancel_tasks=_strings(control.get("cancel_tasks")),
+        decisions=_decisions(control.get(DECISIONS)),
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in state.outbox.values()],
         archived=Archived(
             entries=state.entries_archived,
@@ -111,6 +118,7 @@ def commit_event(record: CommitRecord) -> CommitEvent:
         entries=[entry_view(entry) for entry in commit.entries],
         documents=sorted({write.name for write in commit.documents}),
         applied_operations=list(commit.applied_operations),
+        decisions=_decisions(_patched(commit, DECISIONS)),
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in commit.outbox],
         outbox_done=list(commit.outbox_done),
     )
@@ -252,6 +260,26 @@ def control_body(state: SessionState) -> dict[str, Any]:
     """The body of the session's control document (empty when there is none)."""
     document = state.documents.get(CONTROL_DOCUMENT)
     return document.body if document is not None else {}
+
+
+def _patched(commit: Commit, member: str) -> object:
+    """What ``commit`` wrote to ``member`` of the session's control document."""
+    for write in commit.documents:
+        patch = getattr(write, "patch", None)
+        if write.name == CONTROL_DOCUMENT and isinstance(patch, Mapping) and member in patch:
+            return patch[member]
+    return None
+
+
+def _decisions(value: object) -> dict[str, DecisionView]:
+    """Operators' decisions by operation id; one that does not read as one is left out."""
+    if not isinstance(value, Mapping):
+        return {}
+    found = {}
+    for operation_id, decision in value.items():
+        with contextlib.suppress(ValidationError):
+            found[str(operation_id)] = DecisionView.model_validate(decision)
+    return found
 
 
 def _strings(value: object) -> dict[str, str]:

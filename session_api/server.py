@@ -1,7 +1,8 @@
 """Serving the Session API: its settings, and ``serve_api`` (uvicorn until SIGINT/SIGTERM).
 
-It refuses to start without a token (``BH_SESSION_API_TOKEN``, at least
-``webapi.auth.MIN_TOKEN_LENGTH`` characters), read from the environment only, never
+It refuses to start without a token: ``BH_SESSION_API_TOKEN`` (one unscoped token of at least
+``webapi.auth.MIN_TOKEN_LENGTH`` characters) and/or ``BH_SESSION_API_TOKENS_FILE`` (a 0600
+JSON file of scoped tokens, ``webapi.auth``), read from the environment only, never
 from a command line (where ``ps`` would show it). Wakes come from a factory the caller
 passes (the scheduler's RQ queue); without one, accepted input waits for a scheduler
 to find it.
@@ -25,7 +26,8 @@ from contracts.model import Frozen
 from coordination import WakeQueue
 from session_store import open_store
 from webapi import server as web
-from webapi.auth import ApiToken, token_from_env
+from webapi.auth import Grant, grants_from_env
+from webapi.limits import DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,10 @@ class SessionApiSettings(Frozen):
     store_url: str = Field(min_length=1)
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    token: ApiToken
+    #: the tokens and their scopes (``webapi.auth.grants_from_env``)
+    tokens: tuple[Grant, ...] = Field(min_length=1)
+    #: request bodies over this many bytes are refused unread (413)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=MIN_MAX_BODY_BYTES)
 
     @classmethod
     def from_env(
@@ -47,15 +52,16 @@ class SessionApiSettings(Frozen):
     ) -> SessionApiSettings:
         """Settings from ``BH_SESSION_API_*`` and ``BH_STORE_URL``; arguments win."""
         env = os.environ
-        token = token_from_env("BH_SESSION_API_TOKEN", "Session API")
+        tokens = grants_from_env("BH_SESSION_API", "Session API")
         url = store_url or env.get("BH_STORE_URL", "")
         if not url:
             raise InvalidInput("the Session API needs a store: set BH_STORE_URL or --store")
         values: dict[str, object] = {
             "store_url": url,
-            "token": token,
+            "tokens": tokens,
             "host": host or env.get("BH_SESSION_API_HOST") or "127.0.0.1",
             "port": port if port is not None else env.get("BH_SESSION_API_PORT") or DEFAULT_PORT,
+            "max_body_bytes": env.get("BH_SESSION_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES,
         }
         try:
             return cls.model_validate(values)
@@ -76,7 +82,12 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from session_api.app import create_app, stop_streams
 
-        app = create_app(store=store, wakes=queue, token=settings.token)
+        app = create_app(
+            store=store,
+            wakes=queue,
+            tokens=settings.tokens,
+            max_body_bytes=settings.max_body_bytes,
+        )
         server = web.server(app, host=settings.host, port=settings.port)
         with web.stop_on_signals(server, lambda: stop_streams(app)):
             await server.serve()
@@ -95,7 +106,7 @@ def serve_command(
     ] = None,
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="Redis prefix")] = "bh",
 ) -> None:
-    """Serve the Session HTTP API; the token comes from BH_SESSION_API_TOKEN only."""
+    """Serve the Session HTTP API; tokens come from BH_SESSION_API_TOKEN(S_FILE) only."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = SessionApiSettings.from_env(host=host, port=port, store_url=store)

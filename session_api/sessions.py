@@ -33,6 +33,8 @@ from session_api.views import (
 )
 from session_store import SessionStore
 from session_store.intake import check_ids, read_input
+from webapi.auth import Access, Grant
+from webapi.scopes import check_session, needs
 
 DEFAULT_ENTRIES: Final = 20
 MAX_ENTRIES: Final = 500
@@ -49,6 +51,11 @@ EntriesParam = Annotated[
 LimitParam = Annotated[
     int | None, Query(ge=1, description="At most this many sessions (default: the bound, 200).")
 ]
+
+Reader = Annotated[Grant, needs(Access.READ)]
+Operator = Annotated[Grant, needs(Access.OPERATE)]
+#: A restricted token's list scans this many times its limit of the active index.
+_SCAN_FACTOR: Final = 10
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such session, submission or task"},
@@ -76,29 +83,32 @@ def sessions_router(context: ApiContext) -> APIRouter:
         },
     )
     async def submit(
-        session_id: SessionId, body: SubmitRequest, response: Response
+        session_id: SessionId, body: SubmitRequest, response: Response, grant: Operator
     ) -> SubmissionView:
         """Accept input once per ``request_id``: 201 with the new submission, or 200 with
         the original (and no new work) when the request id was submitted before."""
+        check_session(grant, session_id)
         submission, created = await _submit(context, session_id, body)
         if not created:
             response.status_code = 200
         return submission_view(submission)
 
     @router.get("")
-    async def list_sessions(limit: LimitParam = None) -> SessionList:
-        """Sessions of the active index (they may have work left), newest first."""
+    async def list_sessions(grant: Reader, limit: LimitParam = None) -> SessionList:
+        """Sessions of the active index (they may have work left) that the token covers,
+        newest first."""
         bound = context.list_limit
         if limit is not None and limit > bound:
             raise InvalidInput(f"limit {limit} is above this API's bound {bound}", field="limit")
-        return await _list(context.store, limit or bound)
+        return await _list(context.store, limit or bound, grant)
 
     @router.get("/{session_id}", responses=_ERRORS)
     async def get_session(
-        session_id: SessionId, entries: EntriesParam = DEFAULT_ENTRIES
+        session_id: SessionId, grant: Reader, entries: EntriesParam = DEFAULT_ENTRIES
     ) -> SessionView:
         """The session as of its latest commit: submissions, tasks, operations, recent
         entries, blocked tasks; 404 for a session without commits."""
+        check_session(grant, session_id)
         handle = await context.store.session(session_id)
         if handle.seq == 0:
             raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
@@ -113,10 +123,11 @@ def sessions_router(context: ApiContext) -> APIRouter:
         },
     )
     async def cancel(
-        session_id: SessionId, body: CancelRequest, response: Response
+        session_id: SessionId, body: CancelRequest, response: Response, grant: Operator
     ) -> CancelAccepted:
         """Request the cancellation of a submission or a task: 202 while the lease holder
         is to act on it, 200 when it is already final (nothing recorded)."""
+        check_session(grant, session_id)
         accepted, final = await _cancel(context, session_id, body)
         if final:
             response.status_code = 200
@@ -126,6 +137,7 @@ def sessions_router(context: ApiContext) -> APIRouter:
     async def events(
         session_id: SessionId,
         request: Request,
+        grant: Reader,
         entries: EntriesParam = DEFAULT_ENTRIES,
         last_event_id: Annotated[
             int | None,
@@ -134,6 +146,7 @@ def sessions_router(context: ApiContext) -> APIRouter:
     ) -> StreamingResponse:
         """Follow the session: a ``view`` event, then a ``commit`` event per commit.
         With ``Last-Event-ID``, only the commits after it (see docs/session-api.md)."""
+        check_session(grant, session_id)
         stream = SessionStream(
             context.store,
             session_id,
@@ -232,8 +245,12 @@ def _cancel_target(body: CancelRequest) -> tuple[str, str]:
     return "cancel_tasks", body.task_id
 
 
-async def _list(store: SessionStore, limit: int) -> SessionList:
-    session_ids, complete = await store.some_active_sessions(limit)
+async def _list(store: SessionStore, limit: int, grant: Grant) -> SessionList:
+    scan = limit * _SCAN_FACTOR if grant.restricted else limit
+    scanned, complete = await store.some_active_sessions(scan)
+    covered = [session_id for session_id in scanned if grant.covers(session_id)]
+    session_ids = covered[:limit]
+    complete = complete and len(covered) <= limit
     loads = asyncio.Semaphore(_LOADS)
 
     async def summary(session_id: str) -> SessionSummary:

@@ -147,6 +147,15 @@ class OperationView(Frozen):
     updated_at: datetime
 
 
+class DecisionView(Frozen):
+    """How an operator settled one of the session's ``uncertain`` operations."""
+
+    outcome: Literal["succeeded", "failed"]
+    decided_by: str | None = None
+    decision: str | None = None
+    decided_at: datetime | None = None
+
+
 class EntryView(Frozen):
     """An entry with its content shortened to one line (``text``); ``index`` is its
     position in the session's history (unknown in commit events)."""
@@ -211,6 +220,8 @@ class SessionView(Frozen):
     blocked: list[BlockedTask]
     cancel_requests: dict[str, str] = Field(default_factory=dict)
     cancel_tasks: dict[str, str] = Field(default_factory=dict)
+    #: operators' decisions on its uncertain operations, by operation id
+    decisions: dict[str, DecisionView] = Field(default_factory=dict)
     outbox: list[OutboxView] = Field(default_factory=list)
     archived: Archived = Archived()
     problems: list[str] = Field(default_factory=list)
@@ -270,5 +281,7 @@ class CommitEvent(Frozen):
     entries: list[EntryView] = Field(default_factory=list)
     documents: list[str] = Field(default_factory=list)
     applied_operations: list[str] = Field(default_factory=list)
+    #: operators' decisions this commit recorded (settled operations), by operation id
+    decisions: dict[str, DecisionView] = Field(default_factory=dict)
     outbox: list[OutboxView] = Field(default_factory=list)
     outbox_done: list[str] = Field(default_factory=list)

@@ -24,6 +24,7 @@ from contracts import (
     OperationResult,
     OperationStatus,
     ReadOnlyStore,
+    Refused,
     utcnow,
 )
 from session_store import layout
@@ -128,12 +129,18 @@ class OperationLog:
 
     async def settle(self, result: OperationResult, *, decided_by: str, decision: str) -> Operation:
         """An operator's verdict on an operation whose outcome is unknown: write its
-        result, then close the record with who decided and why."""
+        result, then close the record with who decided and why. Only an ``uncertain``
+        operation is settled (``Refused`` otherwise): one that runs or is about to has
+        an executor that will record what happened, and a final one keeps its result."""
         self._writable()
         current = self._check_owner(await self.get(result.operation_id), result)
-        if current.status.is_final:
-            raise InvalidTransition(
-                f"operation {result.operation_id!r} is already {current.status.value}"
+        if current.status is not OperationStatus.UNCERTAIN:
+            raise Refused(
+                f"operation {result.operation_id!r} is {current.status.value}: only an "
+                "uncertain operation can be settled (an operation that is running has an "
+                "executor that will record what happened; a final one keeps its result)",
+                operation_id=result.operation_id,
+                status=current.status.value,
             )
         await self._write_result(result)
         status = OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED

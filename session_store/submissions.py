@@ -38,6 +38,8 @@ from session_store.state import SessionState
 from session_store.store import SessionStore
 
 _RACES = 8
+#: The control document's member that says how operators settled operations.
+DECISIONS = "decisions"
 
 
 class SessionClient:
@@ -138,6 +140,28 @@ class SessionClient:
 
         def build(state: SessionState) -> Commit | None:  # said once, also by racing writers
             return None if blocked_reasons(state) == reasons else Commit(documents=(patch,))
+
+        await _commit_unfenced(handle, build)
+
+    async def record_decision(
+        self, session_id: str, operation_id: str, decision: dict[str, JsonValue]
+    ) -> None:
+        """Say in the session's log (its control document's ``decisions``) how an
+        operator settled one of its operations — the record of the decision is the
+        operation's; this is its notice for whoever follows the session. Said once,
+        also by a retry."""
+        patch = DocumentPatch(
+            name=CONTROL_DOCUMENT, patch={DECISIONS: {operation_id: decision}}, create=True
+        )
+        handle = await self.store.session(session_id)
+
+        def build(state: SessionState) -> Commit | None:
+            control = state.documents.get(CONTROL_DOCUMENT)
+            body = control.body if control is not None and isinstance(control.body, dict) else {}
+            said = body.get(DECISIONS)
+            if isinstance(said, dict) and said.get(operation_id) == decision:
+                return None
+            return Commit(documents=(patch,))
 
         await _commit_unfenced(handle, build)
 

@@ -6,6 +6,7 @@ error                              status  code
 =================================  ======  ==============================================
 ``NotFound``                       404     ``not_found`` (and subclasses' codes)
 ``InvalidInput``, bad request      422     ``invalid_input`` naming the field
+``Forbidden``                      403     ``forbidden``: the token's scope excludes it
 ``Refused``, ``ConflictError``     409     ``already_exists``, ``conflict``, ...
 ``StoreUnavailable``, retryable    503     ``store_unavailable`` (retry later)
 a service's own kinds              theirs  (``install(..., statuses=...)``)
@@ -36,7 +37,7 @@ from contracts import (
     Refused,
     StoreUnavailable,
 )
-from contracts.errors import ErrorBody, Unauthorized
+from contracts.errors import ErrorBody, Forbidden, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ Statuses = Sequence[tuple[type[BrainhandsError], int]]
 
 _STATUS: Statuses = (
     (NotFound, 404),
+    (Forbidden, 403),
     (InvalidInput, 422),
     (Refused, 409),
     (ConflictError, 409),

@@ -1,4 +1,4 @@
-"""``/v1/operations``: an operation's record and result, lists, cancel and verify.
+"""``/v1/operations``: an operation's record and result, lists, cancel, verify, settle.
 
 The store is the truth: every answer is read from it after the action. A cancel acts
 here (this host's container, or an operation that never started) and, with a bus, is
@@ -17,14 +17,18 @@ from contracts import Identifier, NotFound, Operation, OperationStatus, StoreUna
 from contracts.errors import ErrorBody
 from contracts.tool import Cancellation
 from hands.api.context import ApiContext
+from hands.api.settlement import settle
 from hands.api.views import (
     CancelRequest,
     OperationList,
     OperationSummary,
     OperationView,
+    SettleRequest,
     Verification,
 )
 from session_store import SessionStore
+from webapi.auth import Access, Grant
+from webapi.scopes import check_session, needs, visible
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,9 @@ SessionParam = Annotated[
 StatusParam = Annotated[OperationStatus | None, Query(description="Only this status.")]
 LimitParam = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many.")]
 
+Reader = Annotated[Grant, needs(Access.READ)]
+Operator = Annotated[Grant, needs(Access.OPERATE)]
+
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such operation"}
 }
@@ -53,18 +60,22 @@ def operations_router(context: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/operations", tags=["operations"])
 
     @router.get("/{operation_id}", responses=_NOT_FOUND)
-    async def get_operation(operation_id: OperationId) -> OperationView:
+    async def get_operation(operation_id: OperationId, grant: Reader) -> OperationView:
         """The operation's record and, once written, its result."""
+        await _operation(context.store, operation_id, grant)
         return await view_of(context.store, operation_id)
 
     @router.get("")
     async def list_operations(
+        grant: Reader,
         session: SessionParam = None,
         status: StatusParam = None,
         limit: LimitParam = DEFAULT_LIMIT,
     ) -> OperationList:
-        """Operations of a session (or of the active ones), oldest first."""
-        return await _list(context.store, session, status, limit)
+        """Operations of a session (or of the active ones the token covers), oldest first."""
+        if session is not None:
+            check_session(grant, session)
+        return await _list(context.store, session, status, limit, grant)
 
     @router.post(
         "/{operation_id}/cancel",
@@ -77,12 +88,13 @@ def operations_router(context: ApiContext) -> APIRouter:
     async def cancel_operation(
         operation_id: OperationId,
         response: Response,
+        grant: Operator,
         body: Annotated[CancelRequest | None, Body()] = None,
     ) -> OperationView:
         """Cancel an operation that has no result yet; one that has keeps it. 200 when
         it is settled, 202 while the Hands running it elsewhere is still to act."""
         reason = (body or CancelRequest()).reason
-        view = await _cancel(context, operation_id, reason)
+        view = await _cancel(context, operation_id, reason, grant)
         response.status_code = 200 if view.result is not None else 202
         return view
 
@@ -93,12 +105,29 @@ def operations_router(context: ApiContext) -> APIRouter:
             422: {"model": ErrorBody, "description": "The tool has no query entry point"},
         },
     )
-    async def verify_operation(operation_id: OperationId) -> Verification:
+    async def verify_operation(operation_id: OperationId, grant: Operator) -> Verification:
         """Ask the tool's query entry point whether the operation happened; a found
         outcome becomes its result."""
+        await _operation(context.store, operation_id, grant)
         found = await context.executor.verify(operation_id)
         view = await view_of(context.store, operation_id)
         return Verification(found=found is not None, operation=view)
+
+    @router.post(
+        "/{operation_id}/settle",
+        responses={
+            **_NOT_FOUND,
+            409: {"model": ErrorBody, "description": "The operation is not uncertain"},
+        },
+    )
+    async def settle_operation(
+        operation_id: OperationId, body: SettleRequest, grant: Operator
+    ) -> OperationView:
+        """Record an operator's decision on an ``uncertain`` operation (who: the token's
+        name; why: ``reason``) and wake its task; 409 for any other status."""
+        operation = await _operation(context.store, operation_id, grant)
+        await settle(context, operation, body, grant)
+        return await view_of(context.store, operation_id)
 
     return router
 
@@ -109,15 +138,22 @@ async def view_of(store: SessionStore, operation_id: str) -> OperationView:
     return OperationView.with_result(operation, result)
 
 
-async def _operation(store: SessionStore, operation_id: str) -> Operation:
+async def _operation(
+    store: SessionStore, operation_id: str, grant: Grant | None = None
+) -> Operation:
+    """The operation; 404 when it is not on record or (``grant``) not the token's."""
     operation = await store.get_operation(operation_id)
+    if grant is not None:
+        return visible(grant, operation, operation_id)
     if operation is None:
         raise NotFound(f"operation {operation_id!r} is not on record", operation_id=operation_id)
     return operation
 
 
-async def _cancel(context: ApiContext, operation_id: str, reason: str) -> OperationView:
-    operation = await _operation(context.store, operation_id)
+async def _cancel(
+    context: ApiContext, operation_id: str, reason: str, grant: Grant
+) -> OperationView:
+    operation = await _operation(context.store, operation_id, grant)
     if await context.store.get_operation_result(operation_id) is None:
         settled = await context.executor.cancel(operation_id, reason) is not None
         await _broadcast(context, operation, reason, settled=settled)
@@ -142,12 +178,17 @@ async def _broadcast(
 
 
 async def _list(
-    store: SessionStore, session: str | None, status: OperationStatus | None, limit: int
+    store: SessionStore,
+    session: str | None,
+    status: OperationStatus | None,
+    limit: int,
+    grant: Grant,
 ) -> OperationList:
     if session is not None:
         sessions, complete = [session], True
     else:
-        sessions, complete = await store.some_active_sessions(MAX_SCANNED_SESSIONS)
+        scanned, complete = await store.some_active_sessions(MAX_SCANNED_SESSIONS)
+        sessions = [session_id for session_id in scanned if grant.covers(session_id)]
     found: list[Operation] = []
     for session_id in sessions:
         found.extend(await store.list_operations(session_id))

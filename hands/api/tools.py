@@ -18,6 +18,8 @@ from contracts.tool import ToolDefinition, ToolName
 from hands.api.context import ApiContext
 from hands.api.registration import register_request
 from hands.api.views import RegisterRequest, ToolList
+from webapi.auth import Access, Grant
+from webapi.scopes import needs
 
 NameParam = Annotated[ToolName, Path(description="The tool's name.")]
 VersionParam = Annotated[int | None, Query(ge=1, description="A version (default: newest).")]
@@ -34,7 +36,11 @@ def tools_router(context: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
     @router.post("", status_code=201, responses=_REGISTER_RESPONSES)
-    async def register_tool(body: RegisterRequest, response: Response) -> ToolDefinition:
+    async def register_tool(
+        body: RegisterRequest,
+        response: Response,
+        _: Annotated[Grant, needs(Access.ADMIN, deployment=True)],
+    ) -> ToolDefinition:
         """Register an image present on this host's engine, by the labels it declares."""
         definition, created = await register_request(context.store, context.sandbox, body)
         if not created:
@@ -42,12 +48,16 @@ def tools_router(context: ApiContext) -> APIRouter:
         return definition
 
     @router.get("")
-    async def list_tools() -> ToolList:
+    async def list_tools(_: Annotated[Grant, needs(Access.READ)]) -> ToolList:
         """Every registered definition, by name, then version."""
         return ToolList(tools=await context.store.tools.definitions())
 
     @router.get("/{name}", responses={404: {"model": ErrorBody, "description": "Unknown"}})
-    async def get_tool(name: NameParam, version: VersionParam = None) -> ToolDefinition:
+    async def get_tool(
+        name: NameParam,
+        _: Annotated[Grant, needs(Access.READ)],
+        version: VersionParam = None,
+    ) -> ToolDefinition:
         """One definition: ``version``, or the newest."""
         definition = await context.store.tools.get(name, version)
         if definition is None:
