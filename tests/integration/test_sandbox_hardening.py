@@ -23,6 +23,7 @@ from pydantic import SecretStr
 
 from contracts.tool import NetworkPolicy, Termination, ToolDefinition
 from hands.egress import EgressGateway
+from hands.egress.network import bridge_gateway
 from hands.images import tool_tag
 from hands.labels import definition_from_labels
 from hands.sandbox import RunOutcome, RunSpec
@@ -147,7 +148,8 @@ def report(outcome: RunOutcome) -> dict[str, Any]:
 
 
 def docker_bridge_gateway(engine: Any) -> str:
-    return str(engine.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"])
+    """The host's address on Docker's default bridge, found as the product finds it."""
+    return bridge_gateway(engine.inspect_network("bridge"))
 
 
 # -- no network ----------------------------------------------------------------------------
