@@ -9,7 +9,7 @@ action is never started twice.
 Every defense is a flag set in ``_host_config`` (table in ``docs/hardening.md``): no
 network (or only the internal egress network), read-only root, a noexec tmpfs scratch,
 no capabilities, no-new-privileges, uid 65534, pids/memory(no swap)/CPU limits, an init
-that forwards signals, a capped json-file log, no mounts; optionally gVisor (``runsc``).
+that forwards signals, a capped ``local`` log (raw bytes), no mounts; optionally gVisor (``runsc``).
 
 While a run lasts its stdout is followed and counted (one dedicated thread per run,
 never the shared executor: a follow blocks for the whole run); past
@@ -65,6 +65,7 @@ from hands.sandbox import (
     RunState,
     container_name,
 )
+from hands.sandbox.output import Capture, judge
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -110,38 +111,11 @@ class DockerSandboxConfig:
             raise InvalidInput("log_tail_bytes must be positive and kill_grace not negative")
 
 
-class _Capture:
-    """Stdout as it arrives: the first ``limit`` bytes (to parse), the last ``tail``
-    bytes (to show), and the total (to enforce the limit)."""
-
-    def __init__(self, limit: int, tail: int) -> None:
-        self.limit, self.tail_size = limit, tail
-        self.head, self.tail, self.total = bytearray(), bytearray(), 0
-        self.lock = threading.Lock()
-
-    @property
-    def over(self) -> bool:
-        return self.total > self.limit
-
-    def feed(self, data: bytes) -> bool:
-        """Keep ``data``; False once past the limit."""
-        with self.lock:
-            self.total += len(data)
-            self.head += data[: max(0, self.limit - len(self.head))]
-            self.tail += data
-            del self.tail[: -self.tail_size]
-            return not self.over
-
-    def snapshot(self) -> tuple[bytes, bytes]:
-        with self.lock:
-            return bytes(self.head), bytes(self.tail)
-
-
 class _Follower:
     """Follows a container's stdout log in a thread of its own until the container
     stops, the capture is full, or ``cancel`` (which leaves the container alone)."""
 
-    def __init__(self, api: Any, container_id: str, capture: _Capture) -> None:
+    def __init__(self, api: Any, container_id: str, capture: Capture) -> None:
         self._api, self._id, self._capture = api, container_id, capture
         self._lock = threading.Lock()
         self._stream: Any = None
@@ -183,19 +157,14 @@ class _Follower:
             self._cancelled_by_caller |= by_caller
             stream, self._stream = self._stream, None
         if stream is not None:
-            with contextlib.suppress(Exception):
-                stream.close()  # shuts the socket down: a blocked read returns
-            with contextlib.suppress(Exception):
-                # ... and the response still holds the socket's file (docker-py 7.1
-                # keeps it in ``CancellableStream._response``): release it too.
-                stream._response.close()
+            _close_stream(stream)
 
 
 @dataclass(slots=True)
 class _Watch:
     """What watching a live run saw (absent when an exited container is collected)."""
 
-    capture: _Capture
+    capture: Capture
     timed_out: bool = False
     over_limit: bool = False
     notes: list[str] = field(default_factory=list)
@@ -340,7 +309,7 @@ class DockerSandbox:
 
     def _host_config(self, spec: RunSpec) -> Any:
         limits, egress = spec.tool.limits, spec.tool.network.allow and self.config.egress
-        log_bytes = 2 * limits.output_bytes + 2**20  # json-file framing and escapes
+        log_bytes = 2 * limits.output_bytes + 2**20  # framing, and stderr beside stdout
         return self._api.create_host_config(
             network_mode=egress.network if egress else "none",
             dns=[_DNS_SINK] if egress else None,
@@ -363,7 +332,10 @@ class DockerSandbox:
                 docker.types.Ulimit(name="nofile", soft=1024, hard=1024),
             ],
             log_config=docker.types.LogConfig(
-                type="json-file", config={"max-size": str(log_bytes), "max-file": "2"}
+                # "local" keeps the bytes a tool wrote; json-file re-encodes them as JSON
+                # strings, replacing bytes that are not UTF-8 (which must be refused)
+                type="local",
+                config={"max-size": str(log_bytes), "max-file": "2", "compress": "false"},
             ),
             restart_policy={"Name": "no"},
             runtime=self.config.runtime,
@@ -392,7 +364,7 @@ class DockerSandbox:
     async def _watch(self, spec: RunSpec, container: dict[str, Any]) -> _Watch:
         """Follow a running container to its end, enforcing the output cap and the
         wall-clock timeout counted from its own start."""
-        watch = _Watch(_Capture(spec.tool.limits.output_bytes, self.config.log_tail_bytes))
+        watch = _Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
         follower = _Follower(self._api, container["Id"], watch.capture)
         started = _started(container) or datetime.now(UTC)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
@@ -437,17 +409,27 @@ class DockerSandbox:
         self, spec: RunSpec, container: dict[str, Any], watch: _Watch | None, reconnected: bool
     ) -> RunOutcome:
         state, limits = container["State"], spec.tool.limits
+        tail = self.config.log_tail_bytes
         started, finished = _started(container), _time(state.get("FinishedAt"))
         exit_code = int(state.get("ExitCode", -1))
-        if watch is None:  # collected: what the log kept tells how it went
-            watch = _Watch(_Capture(limits.output_bytes, self.config.log_tail_bytes))
-            watch.capture.feed(await self._logs(container["Id"], stdout=True))
-            watch.over_limit = watch.capture.over
-            ran = (finished - started).total_seconds() if started and finished else 0.0
-            watch.timed_out = exit_code in _SIGNALLED and ran >= spec.tool.timeout_s
-        head, tail = watch.capture.snapshot()
-        stderr = await self._logs(container["Id"], stdout=False)
-        output, problem = (None, "over the limit") if watch.over_limit else _parse(head)
+        # Judged on what the engine's log holds once the container has stopped (the
+        # engine flushes it before it reports the exit): a live follow can end before
+        # the last bytes arrive, and the outcome must not depend on when it did.
+        stdout = await self._read_log(container["Id"], Capture(limits.output_bytes, tail))
+        try:
+            if watch is None:  # collected: what the log kept tells how it went
+                watch = _Watch(stdout)
+                ran = (finished - started).total_seconds() if started and finished else 0.0
+                watch.timed_out = exit_code in _SIGNALLED and ran >= spec.tool.timeout_s
+            watch.over_limit = watch.over_limit or stdout.over
+            output: JsonValue = None
+            problem: str | None = "over the limit"
+            if not watch.over_limit:
+                output, problem = await asyncio.to_thread(judge, stdout)
+            stdout_tail = stdout.tail_text()
+        finally:
+            stdout.close()
+        stderr = await self._read_log(container["Id"], Capture(0, tail, spool=False), err=True)
         oom = bool(state.get("OOMKilled"))
         termination = _termination(
             over_limit=watch.over_limit,
@@ -467,8 +449,8 @@ class DockerSandbox:
             termination=termination,
             exit_code=exit_code,
             output=output,
-            log_tail=stderr[-self.config.log_tail_bytes :].decode(errors="replace"),
-            stdout_tail=tail.decode(errors="replace"),
+            log_tail=stderr.tail_text(),
+            stdout_tail=stdout_tail,
             truncated=watch.over_limit,
             container=container["Name"].lstrip("/"),
             reconnected=reconnected,
@@ -477,9 +459,25 @@ class DockerSandbox:
             detail=detail.strip("; "),
         )
 
-    async def _logs(self, container_id: str, *, stdout: bool) -> bytes:
-        data = await self._call(self._api.logs, container_id, stdout=stdout, stderr=not stdout)
-        return bytes(data)
+    async def _read_log(self, container_id: str, capture: Capture, *, err: bool = False) -> Capture:
+        """Stream the stopped container's stdout (``err``: stderr) log into ``capture``
+        (stops once past its limit)."""
+
+        def read() -> None:
+            chunks = self._api.logs(container_id, stdout=not err, stderr=err, stream=True)
+            try:
+                for chunk in chunks:
+                    if not capture.feed(chunk) and capture.file is not None:
+                        break
+            finally:
+                _close_stream(chunks)
+
+        try:
+            await self._call(read)
+        except BaseException:
+            capture.close()
+            raise
+        return capture
 
     # -- the rest of the protocol ----------------------------------------------------------
 
@@ -617,16 +615,13 @@ def _name(operation_id: str, mode: DispatchMode) -> str:
     return name
 
 
-def _parse(stdout: bytes) -> tuple[JsonValue, str | None]:
-    """The one JSON document on stdout, or why there is none."""
-
-    def refuse(constant: str) -> None:
-        raise ValueError(f"{constant} is not JSON")
-
-    try:
-        return json.loads(stdout, parse_constant=refuse), None
-    except (ValueError, RecursionError) as error:
-        return None, "empty" if not stdout.strip() else str(error)[:200]
+def _close_stream(stream: Any) -> None:
+    with contextlib.suppress(Exception):
+        stream.close()  # shuts the socket down: a blocked read returns
+    with contextlib.suppress(Exception):
+        # ... and the response still holds the socket's file (docker-py 7.1 keeps it in
+        # ``CancellableStream._response``): release it too.
+        stream._response.close()
 
 
 def _termination(*, over_limit: bool, timed_out: bool, oom: bool, invalid: bool) -> Termination:

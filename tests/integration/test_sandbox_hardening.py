@@ -390,7 +390,7 @@ async def test_every_defense_flag_is_set_on_the_container(
     assert host["Memory"] == host["MemorySwap"] == limits.memory_bytes
     assert host["NanoCpus"] == int(limits.cpus * 1e9)
     assert host["Init"] and host["IpcMode"] == "private" and host["CgroupnsMode"] == "private"
-    assert host["LogConfig"]["Type"] == "json-file"
+    assert host["LogConfig"]["Type"] == "local"
     assert not host["Binds"] and not container["Mounts"]
     assert container["Config"]["User"] == "65534:65534"
     environment = dict(item.split("=", 1) for item in container["Config"]["Env"])
