@@ -4,6 +4,7 @@ entry point (``hands.__main__``, ``bh hands``)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -11,12 +12,14 @@ import socket
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from contracts import InvalidInput
 from contracts.model import Frozen
+from hands.sandbox import NAMESPACE
 
 
 def new_executor_id() -> str:
@@ -30,8 +33,11 @@ class HandsSettings(Frozen):
     #: the bus namespace shared with the Brains of this deployment
     namespace: str = "bh"
     executor_id: str = Field(default_factory=new_executor_id)
-    #: the deployment's owner label: the reaper only touches containers carrying it
-    owner: str = "brainhands"
+    #: the deployment's sandbox namespace (``BH_HANDS_OWNER``): its containers' owner
+    #: label and name prefix; the reaper only touches containers carrying it. Every
+    #: Hands of one deployment must share it, two deployments on one engine must not:
+    #: by default it is derived from the store's location (``store_namespace``)
+    owner: str = ""
     sandbox: Literal["docker", "process"] = "docker"
     docker_url: str | None = None
     runtime: str | None = None
@@ -48,6 +54,23 @@ class HandsSettings(Frozen):
     #: headers the egress proxy adds per destination (``host:port``): never in a sandbox
     credentials: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     egress_network: str = "bh-egress"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_owner(cls, values: Any) -> Any:
+        if isinstance(values, dict) and not values.get("owner"):
+            values = {**values, "owner": store_namespace(str(values.get("store_url") or ""))}
+        return values
+
+    @field_validator("owner")
+    @classmethod
+    def _valid_owner(cls, owner: str) -> str:
+        if not NAMESPACE.fullmatch(owner):
+            raise ValueError(
+                "the sandbox namespace (BH_HANDS_OWNER) is 1-63 letters, digits, '.' or "
+                "'-', starting with a letter or digit"
+            )
+        return owner
 
     def proxy_secret(self) -> SecretStr:
         """The configured secret, or this host's persisted one (created on first use)."""
@@ -102,6 +125,20 @@ class HandsSettings(Frozen):
         if not values["store_url"]:
             raise InvalidInput("the Hands need a store: set BH_STORE_URL or --store")
         return cls.model_validate(values)
+
+
+def store_namespace(store_url: str) -> str:
+    """A deployment's default sandbox namespace: ``store-`` and a hash of where its store
+    is (scheme, host, port, path and parameters; credentials left out; a SQLite path
+    normalised as the store opens it), so Hands sharing a store share it and deployments
+    with stores of their own never collide on one Docker engine."""
+    parts = urlsplit(store_url)
+    path = parts.path
+    if parts.scheme == "sqlite":
+        path = os.path.normpath("/" + path.lstrip("/"))
+    query = "&".join(sorted(parts.query.split("&"))) if parts.query else ""
+    place = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or ''}{path}?{query}"
+    return f"store-{hashlib.sha256(place.encode()).hexdigest()[:10]}"
 
 
 def _credentials(path: Path) -> dict[str, dict[str, SecretStr]]:

@@ -59,6 +59,7 @@ from hands.sandbox import (
     LABEL_OWNER,
     LABEL_SESSION,
     LABEL_TOOL,
+    NAMESPACE,
     OwnedRun,
     RunOutcome,
     RunSpec,
@@ -93,7 +94,8 @@ _SIGNALLED = (128 + 9, 128 + 15)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DockerSandboxConfig:
-    #: this deployment's value of the owner label: only such containers are touched
+    #: this deployment's namespace: the value of its owner label and the prefix of its
+    #: container names (``container_name``); only such containers are touched
     owner: str
     docker_url: str = "unix:///var/run/docker.sock"
     #: e.g. ``runsc`` (gVisor); must be registered with the engine
@@ -105,8 +107,11 @@ class DockerSandboxConfig:
     api_timeout: timedelta = timedelta(seconds=120)
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}", self.owner):
-            raise InvalidInput(f"sandbox owner {self.owner!r} must be a short identifier")
+        if not NAMESPACE.fullmatch(self.owner):
+            raise InvalidInput(
+                f"sandbox owner (namespace) {self.owner!r} must be 1-63 letters, digits, "
+                "'.' or '-', starting with a letter or digit"
+            )
         if self.log_tail_bytes < 1 or self.kill_grace < timedelta(0):
             raise InvalidInput("log_tail_bytes must be positive and kill_grace not negative")
 
@@ -211,7 +216,7 @@ class DockerSandbox:
 
     async def run(self, spec: RunSpec) -> RunOutcome:
         arguments = _arguments(spec)
-        name = _name(spec.operation_id, spec.mode)
+        name = self._name(spec.operation_id, spec.mode)
         if self._cpus is None:
             await self.check()
         found = await self._inspect(name)
@@ -226,7 +231,9 @@ class DockerSandbox:
             found = await self._inspect(name)
             if found is None:
                 return _gone(name, reconnected)
-        self._check_ours(found, spec)
+        refusal = self._not_ours(found, spec)
+        if refusal is not None:
+            return refusal
         try:
             return await self._follow(spec, found, reconnected)
         except NotFound:
@@ -341,7 +348,9 @@ class DockerSandbox:
             runtime=self.config.runtime,
         )
 
-    def _check_ours(self, container: dict[str, Any], spec: RunSpec) -> None:
+    def _not_ours(self, container: dict[str, Any], spec: RunSpec) -> RunOutcome | None:
+        """A refusal when the container holding the run's name is not this deployment's
+        run of this operation (None: it is ours). Nothing is started or touched."""
         labels = container["Config"].get("Labels") or {}
         expected = {
             LABEL_OWNER: self.config.owner,
@@ -352,12 +361,17 @@ class DockerSandbox:
         wrong = {
             key: labels.get(key) for key, value in expected.items() if labels.get(key) != value
         }
-        if wrong:
-            raise OperationMismatch(
-                f"container {container['Name'].lstrip('/')} exists but is not this "
-                f"deployment's run of {spec.operation_id} ({spec.tool.ref}): labels {wrong}",
-                container=container["Name"].lstrip("/"),
-            )
+        if not wrong:
+            return None
+        name = container["Name"].lstrip("/")
+        detail = (
+            f"container {name} exists but is not this deployment's run of "
+            f"{spec.operation_id} ({spec.tool.ref}): labels {wrong}; nothing was started"
+        )
+        log.error("%s", detail)
+        return RunOutcome(
+            termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
+        )
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -484,11 +498,11 @@ class DockerSandbox:
     async def state(
         self, operation_id: str, mode: DispatchMode = DispatchMode.RUN
     ) -> RunState | None:
-        found = await self._inspect(container_name(operation_id, mode))
+        found = await self._inspect(self._name(operation_id, mode))
         return None if found is None else _STATES.get(found["State"]["Status"], RunState.EXITED)
 
     async def kill(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> bool:
-        name = container_name(operation_id, mode)
+        name = self._name(operation_id, mode)
         found = await self._owned(name)
         if found is not None:
             with contextlib.suppress(NotFound, ConflictError):  # gone, or already going
@@ -503,7 +517,7 @@ class DockerSandbox:
         return True
 
     async def remove(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> None:
-        name = container_name(operation_id, mode)
+        name = self._name(operation_id, mode)
         found = await self._owned(name)
         if found is None:
             return
@@ -542,6 +556,15 @@ class DockerSandbox:
         return dict(((await self._image(image)).get("Config") or {}).get("Labels") or {})
 
     # -- engine calls ----------------------------------------------------------------------
+
+    def _name(self, operation_id: str, mode: DispatchMode) -> str:
+        name = container_name(operation_id, mode, namespace=self.config.owner)
+        if not _NAME.fullmatch(name):
+            raise InvalidInput(
+                f"operation id {operation_id!r} gives container name {name!r}, which Docker "
+                "refuses (allowed: letters, digits, '_', '.', '-')"
+            )
+        return name
 
     async def _image(self, image: str) -> dict[str, Any]:
         try:
@@ -605,16 +628,6 @@ def _arguments(spec: RunSpec) -> str:
     return encoded
 
 
-def _name(operation_id: str, mode: DispatchMode) -> str:
-    name = container_name(operation_id, mode)
-    if not _NAME.fullmatch(name):
-        raise InvalidInput(
-            f"operation id {operation_id!r} gives container name {name!r}, which Docker "
-            "refuses (allowed: letters, digits, '_', '.', '-')"
-        )
-    return name
-
-
 def _close_stream(stream: Any) -> None:
     with contextlib.suppress(Exception):
         stream.close()  # shuts the socket down: a blocked read returns
@@ -641,7 +654,9 @@ def _refused(name: str, what: str, error: BrainhandsError) -> RunOutcome:
         raise error
     name = name.lstrip("/")
     detail = f"container {name}: {what}: {error.message}"
-    return RunOutcome(termination=Termination.SANDBOX_ERROR, container=name, detail=detail)
+    return RunOutcome(
+        termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
+    )
 
 
 def _gone(name: str, reconnected: bool) -> RunOutcome:
