@@ -75,9 +75,13 @@ LABEL_EXECUTOR = "io.brainhands.executor"
 SANDBOX_USER = "65534:65534"
 # Egress containers resolve nothing themselves (the proxy does). Docker < 26 forwards
 # the embedded DNS of internal networks to the host's resolvers (CVE-2024-29018), from
-# the host's namespace when they are loopback; a documentation address as the only
-# upstream is tried from the container's namespace, where the firewall drops it.
-_DNS_SINK = "192.0.2.53"
+# the host's namespace when they are loopback (127/8). The one upstream configured is
+# the unspecified address: not loopback to Docker, so it is asked from the container's
+# own namespace, where it means the container itself — no other host, whatever network
+# the engine sits on (a "documentation" address may be a real neighbour).
+_DNS_NOWHERE = "0.0.0.0"
+#: The image's volumes are masked by this: empty, read-only, tiny (no anonymous volume).
+_MASK = "ro,size=4k,mode=0555,noexec,nosuid,nodev"
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
 _NEVER = datetime(1, 1, 1, tzinfo=UTC)
 _STATES = {
@@ -273,7 +277,7 @@ class DockerSandbox:
                 user=SANDBOX_USER,
                 environment=self._environment(spec, arguments),
                 labels=self._labels(spec),
-                host_config=self._host_config(spec),
+                host_config=self._host_config(spec, await self._volumes(image)),
                 stop_signal="SIGTERM",
                 stop_timeout=max(1, round(self.config.kill_grace.total_seconds())),
                 use_config_proxy=False,
@@ -314,14 +318,26 @@ class DockerSandbox:
             LABEL_EXECUTOR: spec.executor,
         }
 
-    def _host_config(self, spec: RunSpec) -> Any:
+    async def _volumes(self, image: str) -> list[str]:
+        """The paths an image declares as ``VOLUME`` (each would be a writable anonymous
+        volume, past the scratch cap and left on the engine after the run)."""
+        try:
+            found = await self._call(self._api.inspect_image, image)
+        except NotFound:
+            return []  # create reports the missing image
+        return sorted((found.get("Config") or {}).get("Volumes") or {})
+
+    def _host_config(self, spec: RunSpec, volumes: list[str]) -> Any:
         limits, egress = spec.tool.limits, spec.tool.network.allow and self.config.egress
         log_bytes = 2 * limits.output_bytes + 2**20  # framing, and stderr beside stdout
+        shm = shared_memory_bytes(limits.scratch_bytes)
+        scratch = f"size={limits.scratch_bytes - shm},mode=1777,noexec,nosuid,nodev"
         return self._api.create_host_config(
             network_mode=egress.network if egress else "none",
-            dns=[_DNS_SINK] if egress else None,
+            dns=[_DNS_NOWHERE] if egress else None,
             read_only=True,
-            tmpfs={"/tmp": f"size={limits.scratch_bytes},mode=1777,noexec,nosuid,nodev"},
+            # a mount at a volume's path replaces the volume: none is created
+            tmpfs={**{path: _MASK for path in volumes}, "/tmp": scratch},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             privileged=False,
@@ -331,7 +347,7 @@ class DockerSandbox:
             nano_cpus=int(min(limits.cpus, self._cpus or limits.cpus) * 1e9),
             oom_score_adj=1000,
             ipc_mode="private",
-            shm_size=min(limits.scratch_bytes, 64 * 2**20),
+            shm_size=shm,
             cgroupns="private",
             init=True,
             ulimits=[
@@ -506,7 +522,7 @@ class DockerSandbox:
         found = await self._owned(name)
         if found is not None:
             with contextlib.suppress(NotFound, ConflictError):  # gone, or already going
-                await self._call(self._api.remove_container, found["Id"], force=True)
+                await self._call(self._api.remove_container, found["Id"], force=True, v=True)
         deadline = datetime.now(UTC) + self.config.api_timeout
         delay = 0.05
         while await self._inspect(name) is not None:
@@ -524,7 +540,7 @@ class DockerSandbox:
         if found["State"].get("Running"):
             raise InvalidTransition(f"container {name} is still running: kill it instead")
         with contextlib.suppress(NotFound, ConflictError):
-            await self._call(self._api.remove_container, found["Id"], force=True)
+            await self._call(self._api.remove_container, found["Id"], force=True, v=True)
 
     async def owned(self) -> list[OwnedRun]:
         rows = await self._call(
@@ -626,6 +642,13 @@ def _arguments(spec: RunSpec) -> str:
             limit=MAX_ARGUMENT_BYTES,
         )
     return encoded
+
+
+def shared_memory_bytes(scratch_bytes: int) -> int:
+    """The part of a run's scratch cap that is its ``/dev/shm`` (an eighth, at most
+    8 MiB); ``/tmp`` gets the rest, so the two writable places together hold at most
+    ``scratch_bytes``."""
+    return min(scratch_bytes // 8, 8 * 2**20)
 
 
 def _close_stream(stream: Any) -> None:
