@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from contracts import InvalidInput
 from contracts.model import Frozen
+from hands.labels import ToolCaps, parse_size
 from hands.sandbox import NAMESPACE
 
 
@@ -54,6 +55,8 @@ class HandsSettings(Frozen):
     #: headers the egress proxy adds per destination (``host:port``): never in a sandbox
     credentials: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     egress_network: str = "bh-egress"
+    #: the most a tool image may declare (``BH_HANDS_MAX_*``; docs/tools.md)
+    caps: ToolCaps = ToolCaps()
 
     @model_validator(mode="before")
     @classmethod
@@ -119,12 +122,37 @@ class HandsSettings(Frozen):
             values["max_deliver"] = env["BH_HANDS_MAX_DELIVER"]
         if env.get("BH_HANDS_ID"):
             values["executor_id"] = env["BH_HANDS_ID"]
+        caps = {field: env[variable] for field, variable in _CAPS.items() if env.get(variable)}
+        if caps:
+            values["caps"] = _caps(caps)
         if env.get("BH_HANDS_CREDENTIALS"):
             values["credentials"] = _credentials(Path(env["BH_HANDS_CREDENTIALS"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["store_url"]:
             raise InvalidInput("the Hands need a store: set BH_STORE_URL or --store")
         return cls.model_validate(values)
+
+
+_CAPS = {
+    "cpus": "BH_HANDS_MAX_CPUS",
+    "memory_bytes": "BH_HANDS_MAX_MEMORY",
+    "pids": "BH_HANDS_MAX_PIDS",
+    "scratch_bytes": "BH_HANDS_MAX_SCRATCH",
+    "output_bytes": "BH_HANDS_MAX_OUTPUT",
+    "timeout_s": "BH_HANDS_MAX_TIMEOUT",
+}
+
+
+def _caps(values: dict[str, str]) -> ToolCaps:
+    """Caps from the environment; sizes take the labels' suffixes (``4g``)."""
+    try:
+        parsed = {
+            field: parse_size(value) if field.endswith("_bytes") else float(value)
+            for field, value in values.items()
+        }
+    except ValueError as error:
+        raise InvalidInput(f"a BH_HANDS_MAX_* setting is invalid: {error}") from None
+    return ToolCaps.model_validate(parsed)
 
 
 def store_namespace(store_url: str) -> str:

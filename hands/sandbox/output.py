@@ -27,7 +27,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 #: Deepest nesting of arrays/objects an output may have (deeper is ``invalid_output``).
 MAX_OUTPUT_DEPTH = 64
 
-_CHUNK = 1 << 20
+_CHUNK = 64 * 1024
 _WHITESPACE = " \t\n\r"
 _STARTS = frozenset('{["-0123456789tfn')
 _JSON_VALUE: TypeAdapter[JsonValue] = TypeAdapter(JsonValue)

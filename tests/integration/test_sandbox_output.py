@@ -6,6 +6,7 @@ cannot accept ends as ``invalid_output`` with the reason instead of an exception
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from contracts.tool import Termination, ToolDefinition
+from contracts.tool import DispatchMode, Limits, Termination, ToolDefinition
 from hands.images import BASE_IMAGE
 from hands.sandbox import RunSpec
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
@@ -88,3 +89,40 @@ async def test_output_nested_too_deep_is_invalid_output_with_the_reason(
 
     assert outcome.termination is Termination.INVALID_OUTPUT and outcome.output is None
     assert "nested" in outcome.detail
+
+
+async def test_a_large_stdout_under_the_limit_is_not_held_in_memory(
+    sandbox: DockerSandbox, base_image: str
+) -> None:
+    size = 8 * 2**20
+    tool = printing(base_image, f"import sys; sys.stdout.write('x' * {size})")
+    tool = tool.model_copy(update={"limits": Limits(output_bytes=16 * 2**20)})
+    spec = RunSpec(operation_id=f"o-{uuid.uuid4().hex[:12]}", session_id="s", tool=tool)
+
+    tracemalloc.start()
+    try:
+        outcome = await sandbox.run(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert outcome.termination is Termination.INVALID_OUTPUT and not outcome.truncated
+    assert peak < size // 4, f"peak {peak:,} bytes while reading {size:,}"
+
+
+async def test_a_query_that_never_returns_is_stopped_at_its_timeout(
+    sandbox: DockerSandbox, base_image: str
+) -> None:
+    tool = printing(base_image, "print('{}')").model_copy(
+        update={"query": ("python3", "-c", "import time; time.sleep(600)"), "timeout_s": 2.0}
+    )
+    spec = RunSpec(
+        operation_id=f"o-{uuid.uuid4().hex[:12]}",
+        session_id="s",
+        tool=tool,
+        mode=DispatchMode.QUERY,
+    )
+
+    outcome = await asyncio.wait_for(sandbox.run(spec), 30)
+
+    assert outcome.termination is Termination.TIMEOUT and outcome.output is None
