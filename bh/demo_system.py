@@ -44,6 +44,7 @@ from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
 from hands.images import build_images, tool_tag
 from hands.registry import register_image
+from hands.sandbox import container_name
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
@@ -177,10 +178,10 @@ async def _run(store: SessionStore, running: Servers, fleet: Fleet, deployment: 
             "(the tool runs on: no Brain waits for it)"
         )
         await _until_requested(email, fourth)
-        state = _container_state(f"bh-{fourth}", deployment.docker_url)
+        state = _container_state(container_name(fourth, namespace="bh-demo"), deployment.docker_url)
         fleet.kill("hands-1")
         console.print(
-            f"   hands-1 [red]killed with SIGKILL[/] while container bh-{fourth[:14]}… was "
+            f"   hands-1 [red]killed with SIGKILL[/] while email 4's container was "
             f"{state} (email 4 accepted by the service, its answer lost)"
         )
         console.print("[bold]3.[/] brain-2 and hands-2 start; nothing of the first ones runs…")

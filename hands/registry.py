@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from contracts.tool import ToolDefinition
-from hands.labels import definition_from_labels
+from hands.labels import ToolCaps, definition_from_labels
 from hands.sandbox import Sandbox
 from session_store import SessionStore
 
@@ -22,8 +22,10 @@ async def register_image(
     allow: Sequence[str] = (),
     config: Mapping[str, str] | None = None,
     registered_by: str = "",
+    caps: ToolCaps | None = None,
 ) -> ToolDefinition:
-    """Register ``image`` (a local tag or id); ``allow`` grants egress destinations."""
+    """Register ``image`` (a local tag or id); ``allow`` grants egress destinations;
+    limits past ``caps`` (the operator's, default ``ToolCaps()``) are refused."""
     image_id = await sandbox.image_id(image)
     labels = await sandbox.image_labels(image)
     definition = definition_from_labels(
@@ -33,5 +35,6 @@ async def register_image(
         allow=allow,
         config=config,
         registered_by=registered_by,
+        caps=caps,
     )
     return await store.tools.register(definition)

@@ -4,6 +4,7 @@ entry point (``hands.__main__``, ``bh hands``)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -11,12 +12,15 @@ import socket
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from contracts import InvalidInput
 from contracts.model import Frozen
+from hands.labels import ToolCaps, parse_size
+from hands.sandbox import NAMESPACE
 
 
 def new_executor_id() -> str:
@@ -30,8 +34,11 @@ class HandsSettings(Frozen):
     #: the bus namespace shared with the Brains of this deployment
     namespace: str = "bh"
     executor_id: str = Field(default_factory=new_executor_id)
-    #: the deployment's owner label: the reaper only touches containers carrying it
-    owner: str = "brainhands"
+    #: the deployment's sandbox namespace (``BH_HANDS_OWNER``): its containers' owner
+    #: label and name prefix; the reaper only touches containers carrying it. Every
+    #: Hands of one deployment must share it, two deployments on one engine must not:
+    #: by default it is derived from the store's location (``store_namespace``)
+    owner: str = ""
     sandbox: Literal["docker", "process"] = "docker"
     docker_url: str | None = None
     runtime: str | None = None
@@ -50,6 +57,25 @@ class HandsSettings(Frozen):
     #: headers the egress proxy adds per destination (``host:port``): never in a sandbox
     credentials: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     egress_network: str = "bh-egress"
+    #: the most a tool image may declare (``BH_HANDS_MAX_*``; docs/tools.md)
+    caps: ToolCaps = ToolCaps()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_owner(cls, values: Any) -> Any:
+        if isinstance(values, dict) and not values.get("owner"):
+            values = {**values, "owner": store_namespace(str(values.get("store_url") or ""))}
+        return values
+
+    @field_validator("owner")
+    @classmethod
+    def _valid_owner(cls, owner: str) -> str:
+        if not NAMESPACE.fullmatch(owner):
+            raise ValueError(
+                "the sandbox namespace (BH_HANDS_OWNER) is 1-63 letters, digits, '.' or "
+                "'-', starting with a letter or digit"
+            )
+        return owner
 
     def proxy_secret(self) -> SecretStr:
         """The configured secret, or this host's persisted one (created on first use)."""
@@ -98,12 +124,51 @@ class HandsSettings(Frozen):
             values["max_deliver"] = env["BH_HANDS_MAX_DELIVER"]
         if env.get("BH_HANDS_ID"):
             values["executor_id"] = env["BH_HANDS_ID"]
+        caps = {field: env[variable] for field, variable in _CAPS.items() if env.get(variable)}
+        if caps:
+            values["caps"] = _caps(caps)
         if env.get("BH_HANDS_CREDENTIALS"):
             values["credentials"] = _credentials(Path(env["BH_HANDS_CREDENTIALS"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["store_url"]:
             raise InvalidInput("the Hands need a store: set BH_STORE_URL or --store")
         return cls.model_validate(values)
+
+
+_CAPS = {
+    "cpus": "BH_HANDS_MAX_CPUS",
+    "memory_bytes": "BH_HANDS_MAX_MEMORY",
+    "pids": "BH_HANDS_MAX_PIDS",
+    "scratch_bytes": "BH_HANDS_MAX_SCRATCH",
+    "output_bytes": "BH_HANDS_MAX_OUTPUT",
+    "timeout_s": "BH_HANDS_MAX_TIMEOUT",
+}
+
+
+def _caps(values: dict[str, str]) -> ToolCaps:
+    """Caps from the environment; sizes take the labels' suffixes (``4g``)."""
+    try:
+        parsed = {
+            field: parse_size(value) if field.endswith("_bytes") else float(value)
+            for field, value in values.items()
+        }
+    except ValueError as error:
+        raise InvalidInput(f"a BH_HANDS_MAX_* setting is invalid: {error}") from None
+    return ToolCaps.model_validate(parsed)
+
+
+def store_namespace(store_url: str) -> str:
+    """A deployment's default sandbox namespace: ``store-`` and a hash of where its store
+    is (scheme, host, port, path and parameters; credentials left out; a SQLite path
+    normalised as the store opens it), so Hands sharing a store share it and deployments
+    with stores of their own never collide on one Docker engine."""
+    parts = urlsplit(store_url)
+    path = parts.path
+    if parts.scheme == "sqlite":
+        path = os.path.normpath("/" + path.lstrip("/"))
+    query = "&".join(sorted(parts.query.split("&"))) if parts.query else ""
+    place = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or ''}{path}?{query}"
+    return f"store-{hashlib.sha256(place.encode()).hexdigest()[:10]}"
 
 
 def _credentials(path: Path) -> dict[str, dict[str, SecretStr]]:

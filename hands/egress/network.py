@@ -84,16 +84,27 @@ def _described(network: dict[str, Any]) -> EgressNetwork:
             f"docker network {name} exists but is not internal with inter-container "
             "traffic disabled; remove it or configure another egress network name"
         )
-    configs = (network.get("IPAM") or {}).get("Config") or []
-    subnets = [c for c in configs if ipaddress.ip_network(c["Subnet"]).version == 4]
-    if not subnets:
-        raise InvalidInput(f"docker network {name} has no IPv4 subnet")
-    subnet = ipaddress.ip_network(subnets[0]["Subnet"])
-    gateway = subnets[0].get("Gateway") or str(next(subnet.hosts()))
+    subnet, gateway = _ipv4(network)
     bridge = options.get(_BRIDGE_NAME) or f"br-{network['Id'][:12]}"
     return EgressNetwork(
         name=name, id=network["Id"], bridge=bridge, gateway=gateway, subnet=str(subnet)
     )
+
+
+def bridge_gateway(network: dict[str, Any]) -> str:
+    """The host's address on a bridge network, from its ``inspect_network``: the IPv4
+    config's ``Gateway``, or the subnet's first address when the engine left it out (a
+    fresh dockerd's default bridge does)."""
+    return _ipv4(network)[1]
+
+
+def _ipv4(network: dict[str, Any]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]:
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    subnets = [c for c in configs if ipaddress.ip_network(c["Subnet"]).version == 4]
+    if not subnets:
+        raise InvalidInput(f"docker network {network.get('Name')} has no IPv4 subnet")
+    subnet = ipaddress.ip_network(subnets[0]["Subnet"])
+    return subnet, subnets[0].get("Gateway") or str(next(subnet.hosts()))
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """The sandbox boundary: run one operation of one tool in isolation, keyed by its id.
 
-A sandbox names and labels what it starts by the operation id, so that an executor that
-died and came back (or another executor) finds the run instead of starting it again:
+A sandbox names and labels what it starts by its deployment's namespace and the
+operation id, so that an executor that died and came back (or another executor of the
+deployment) finds the run instead of starting it again, and two deployments sharing an
+engine never meet:
 ``run`` is *start or reconnect* — a running container is waited for, an exited one is
 collected, and only when none exists is one created. What ran is told as a
 ``RunOutcome`` with a typed ``Termination``.
@@ -31,20 +33,29 @@ LABEL_TOOL = "io.brainhands.tool"
 LABEL_DEADLINE = "io.brainhands.deadline"
 
 
-def container_name(operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> str:
-    """The one name a run of ``operation_id`` can have (a second create fails).
+def container_name(
+    operation_id: str, mode: DispatchMode = DispatchMode.RUN, *, namespace: str = ""
+) -> str:
+    """The one name a run of ``operation_id`` can have in ``namespace`` (a second create
+    fails): ``bh-<namespace>_<operation id>[-query]``.
 
-    Docker names allow letters, digits, ``_``, ``.`` and ``-``; an id with other
-    characters (identifiers may hold ``:`` and ``@``) keeps a readable form plus a hash
-    of the exact id, so two ids never share a name."""
+    Operation ids are a function of (session, task, key), so two deployments sharing a
+    Docker engine meet the same ids; the deployment's namespace in the name keeps their
+    containers apart. A namespace never holds ``_`` (``NAMESPACE``), so the first ``_``
+    ends it and two (namespace, id) pairs never share a name. Docker names allow
+    letters, digits, ``_``, ``.`` and ``-``; an id with other characters (identifiers
+    may hold ``:`` and ``@``) keeps a readable form plus a hash of the exact id."""
     suffix = "" if mode is DispatchMode.RUN else f"-{mode.value}"
+    prefix = f"bh-{namespace}_" if namespace else "bh-"
     if _DOCKER_SAFE.fullmatch(operation_id):
-        return f"bh-{operation_id}{suffix}"
+        return f"{prefix}{operation_id}{suffix}"
     readable = re.sub(r"[^A-Za-z0-9_.-]", "_", operation_id)
     digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
-    return f"bh-{readable}-{digest}{suffix}"
+    return f"{prefix}{readable}-{digest}{suffix}"
 
 
+#: A deployment's sandbox namespace (the owner label and the container names' prefix).
+NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
 _DOCKER_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -75,6 +86,11 @@ class RunOutcome(Frozen):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     detail: str = ""
+    #: Nothing was started for this run: the engine refused to create or start it, or
+    #: its name is held by a container that is not this deployment's run of this
+    #: operation. The operation certainly did not run here (``sandbox_error``; the
+    #: reason is in ``detail``).
+    refused: bool = False
 
 
 class RunState(StrEnum):

@@ -9,7 +9,7 @@ action is never started twice.
 Every defense is a flag set in ``_host_config`` (table in ``docs/hardening.md``): no
 network (or only the internal egress network), read-only root, a noexec tmpfs scratch,
 no capabilities, no-new-privileges, uid 65534, pids/memory(no swap)/CPU limits, an init
-that forwards signals, a capped json-file log, no mounts; optionally gVisor (``runsc``).
+that forwards signals, a capped ``local`` log (raw bytes), no mounts; optionally gVisor (``runsc``).
 
 While a run lasts its stdout is followed and counted (one dedicated thread per run,
 never the shared executor: a follow blocks for the whole run); past
@@ -59,12 +59,14 @@ from hands.sandbox import (
     LABEL_OWNER,
     LABEL_SESSION,
     LABEL_TOOL,
+    NAMESPACE,
     OwnedRun,
     RunOutcome,
     RunSpec,
     RunState,
     container_name,
 )
+from hands.sandbox.output import Capture, judge
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,9 +75,13 @@ LABEL_EXECUTOR = "io.brainhands.executor"
 SANDBOX_USER = "65534:65534"
 # Egress containers resolve nothing themselves (the proxy does). Docker < 26 forwards
 # the embedded DNS of internal networks to the host's resolvers (CVE-2024-29018), from
-# the host's namespace when they are loopback; a documentation address as the only
-# upstream is tried from the container's namespace, where the firewall drops it.
-_DNS_SINK = "192.0.2.53"
+# the host's namespace when they are loopback (127/8). The one upstream configured is
+# the unspecified address: not loopback to Docker, so it is asked from the container's
+# own namespace, where it means the container itself — no other host, whatever network
+# the engine sits on (a "documentation" address may be a real neighbour).
+_DNS_NOWHERE = "0.0.0.0"
+#: The image's volumes are masked by this: empty, read-only, tiny (no anonymous volume).
+_MASK = "ro,size=4k,mode=0555,noexec,nosuid,nodev"
 _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
 _NEVER = datetime(1, 1, 1, tzinfo=UTC)
 _STATES = {
@@ -92,7 +98,8 @@ _SIGNALLED = (128 + 9, 128 + 15)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DockerSandboxConfig:
-    #: this deployment's value of the owner label: only such containers are touched
+    #: this deployment's namespace: the value of its owner label and the prefix of its
+    #: container names (``container_name``); only such containers are touched
     owner: str
     docker_url: str = "unix:///var/run/docker.sock"
     #: e.g. ``runsc`` (gVisor); must be registered with the engine
@@ -104,44 +111,20 @@ class DockerSandboxConfig:
     api_timeout: timedelta = timedelta(seconds=120)
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}", self.owner):
-            raise InvalidInput(f"sandbox owner {self.owner!r} must be a short identifier")
+        if not NAMESPACE.fullmatch(self.owner):
+            raise InvalidInput(
+                f"sandbox owner (namespace) {self.owner!r} must be 1-63 letters, digits, "
+                "'.' or '-', starting with a letter or digit"
+            )
         if self.log_tail_bytes < 1 or self.kill_grace < timedelta(0):
             raise InvalidInput("log_tail_bytes must be positive and kill_grace not negative")
-
-
-class _Capture:
-    """Stdout as it arrives: the first ``limit`` bytes (to parse), the last ``tail``
-    bytes (to show), and the total (to enforce the limit)."""
-
-    def __init__(self, limit: int, tail: int) -> None:
-        self.limit, self.tail_size = limit, tail
-        self.head, self.tail, self.total = bytearray(), bytearray(), 0
-        self.lock = threading.Lock()
-
-    @property
-    def over(self) -> bool:
-        return self.total > self.limit
-
-    def feed(self, data: bytes) -> bool:
-        """Keep ``data``; False once past the limit."""
-        with self.lock:
-            self.total += len(data)
-            self.head += data[: max(0, self.limit - len(self.head))]
-            self.tail += data
-            del self.tail[: -self.tail_size]
-            return not self.over
-
-    def snapshot(self) -> tuple[bytes, bytes]:
-        with self.lock:
-            return bytes(self.head), bytes(self.tail)
 
 
 class _Follower:
     """Follows a container's stdout log in a thread of its own until the container
     stops, the capture is full, or ``cancel`` (which leaves the container alone)."""
 
-    def __init__(self, api: Any, container_id: str, capture: _Capture) -> None:
+    def __init__(self, api: Any, container_id: str, capture: Capture) -> None:
         self._api, self._id, self._capture = api, container_id, capture
         self._lock = threading.Lock()
         self._stream: Any = None
@@ -183,19 +166,14 @@ class _Follower:
             self._cancelled_by_caller |= by_caller
             stream, self._stream = self._stream, None
         if stream is not None:
-            with contextlib.suppress(Exception):
-                stream.close()  # shuts the socket down: a blocked read returns
-            with contextlib.suppress(Exception):
-                # ... and the response still holds the socket's file (docker-py 7.1
-                # keeps it in ``CancellableStream._response``): release it too.
-                stream._response.close()
+            _close_stream(stream)
 
 
 @dataclass(slots=True)
 class _Watch:
     """What watching a live run saw (absent when an exited container is collected)."""
 
-    capture: _Capture
+    capture: Capture
     timed_out: bool = False
     over_limit: bool = False
     notes: list[str] = field(default_factory=list)
@@ -242,7 +220,7 @@ class DockerSandbox:
 
     async def run(self, spec: RunSpec) -> RunOutcome:
         arguments = _arguments(spec)
-        name = _name(spec.operation_id, spec.mode)
+        name = self._name(spec.operation_id, spec.mode)
         if self._cpus is None:
             await self.check()
         found = await self._inspect(name)
@@ -257,7 +235,9 @@ class DockerSandbox:
             found = await self._inspect(name)
             if found is None:
                 return _gone(name, reconnected)
-        self._check_ours(found, spec)
+        refusal = self._not_ours(found, spec)
+        if refusal is not None:
+            return refusal
         try:
             return await self._follow(spec, found, reconnected)
         except NotFound:
@@ -297,7 +277,7 @@ class DockerSandbox:
                 user=SANDBOX_USER,
                 environment=self._environment(spec, arguments),
                 labels=self._labels(spec),
-                host_config=self._host_config(spec),
+                host_config=self._host_config(spec, await self._volumes(image)),
                 stop_signal="SIGTERM",
                 stop_timeout=max(1, round(self.config.kill_grace.total_seconds())),
                 use_config_proxy=False,
@@ -338,14 +318,26 @@ class DockerSandbox:
             LABEL_EXECUTOR: spec.executor,
         }
 
-    def _host_config(self, spec: RunSpec) -> Any:
+    async def _volumes(self, image: str) -> list[str]:
+        """The paths an image declares as ``VOLUME`` (each would be a writable anonymous
+        volume, past the scratch cap and left on the engine after the run)."""
+        try:
+            found = await self._call(self._api.inspect_image, image)
+        except NotFound:
+            return []  # create reports the missing image
+        return sorted((found.get("Config") or {}).get("Volumes") or {})
+
+    def _host_config(self, spec: RunSpec, volumes: list[str]) -> Any:
         limits, egress = spec.tool.limits, spec.tool.network.allow and self.config.egress
-        log_bytes = 2 * limits.output_bytes + 2**20  # json-file framing and escapes
+        log_bytes = 2 * limits.output_bytes + 2**20  # framing, and stderr beside stdout
+        shm = shared_memory_bytes(limits.scratch_bytes)
+        scratch = f"size={limits.scratch_bytes - shm},mode=1777,noexec,nosuid,nodev"
         return self._api.create_host_config(
             network_mode=egress.network if egress else "none",
-            dns=[_DNS_SINK] if egress else None,
+            dns=[_DNS_NOWHERE] if egress else None,
             read_only=True,
-            tmpfs={"/tmp": f"size={limits.scratch_bytes},mode=1777,noexec,nosuid,nodev"},
+            # a mount at a volume's path replaces the volume: none is created
+            tmpfs={**{path: _MASK for path in volumes}, "/tmp": scratch},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             privileged=False,
@@ -355,7 +347,7 @@ class DockerSandbox:
             nano_cpus=int(min(limits.cpus, self._cpus or limits.cpus) * 1e9),
             oom_score_adj=1000,
             ipc_mode="private",
-            shm_size=min(limits.scratch_bytes, 64 * 2**20),
+            shm_size=shm,
             cgroupns="private",
             init=True,
             ulimits=[
@@ -363,13 +355,18 @@ class DockerSandbox:
                 docker.types.Ulimit(name="nofile", soft=1024, hard=1024),
             ],
             log_config=docker.types.LogConfig(
-                type="json-file", config={"max-size": str(log_bytes), "max-file": "2"}
+                # "local" keeps the bytes a tool wrote; json-file re-encodes them as JSON
+                # strings, replacing bytes that are not UTF-8 (which must be refused)
+                type="local",
+                config={"max-size": str(log_bytes), "max-file": "2", "compress": "false"},
             ),
             restart_policy={"Name": "no"},
             runtime=self.config.runtime,
         )
 
-    def _check_ours(self, container: dict[str, Any], spec: RunSpec) -> None:
+    def _not_ours(self, container: dict[str, Any], spec: RunSpec) -> RunOutcome | None:
+        """A refusal when the container holding the run's name is not this deployment's
+        run of this operation (None: it is ours). Nothing is started or touched."""
         labels = container["Config"].get("Labels") or {}
         expected = {
             LABEL_OWNER: self.config.owner,
@@ -380,19 +377,24 @@ class DockerSandbox:
         wrong = {
             key: labels.get(key) for key, value in expected.items() if labels.get(key) != value
         }
-        if wrong:
-            raise OperationMismatch(
-                f"container {container['Name'].lstrip('/')} exists but is not this "
-                f"deployment's run of {spec.operation_id} ({spec.tool.ref}): labels {wrong}",
-                container=container["Name"].lstrip("/"),
-            )
+        if not wrong:
+            return None
+        name = container["Name"].lstrip("/")
+        detail = (
+            f"container {name} exists but is not this deployment's run of "
+            f"{spec.operation_id} ({spec.tool.ref}): labels {wrong}; nothing was started"
+        )
+        log.error("%s", detail)
+        return RunOutcome(
+            termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
+        )
 
     # -- waiting ---------------------------------------------------------------------------
 
     async def _watch(self, spec: RunSpec, container: dict[str, Any]) -> _Watch:
         """Follow a running container to its end, enforcing the output cap and the
         wall-clock timeout counted from its own start."""
-        watch = _Watch(_Capture(spec.tool.limits.output_bytes, self.config.log_tail_bytes))
+        watch = _Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
         follower = _Follower(self._api, container["Id"], watch.capture)
         started = _started(container) or datetime.now(UTC)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
@@ -437,17 +439,27 @@ class DockerSandbox:
         self, spec: RunSpec, container: dict[str, Any], watch: _Watch | None, reconnected: bool
     ) -> RunOutcome:
         state, limits = container["State"], spec.tool.limits
+        tail = self.config.log_tail_bytes
         started, finished = _started(container), _time(state.get("FinishedAt"))
         exit_code = int(state.get("ExitCode", -1))
-        if watch is None:  # collected: what the log kept tells how it went
-            watch = _Watch(_Capture(limits.output_bytes, self.config.log_tail_bytes))
-            watch.capture.feed(await self._logs(container["Id"], stdout=True))
-            watch.over_limit = watch.capture.over
-            ran = (finished - started).total_seconds() if started and finished else 0.0
-            watch.timed_out = exit_code in _SIGNALLED and ran >= spec.tool.timeout_s
-        head, tail = watch.capture.snapshot()
-        stderr = await self._logs(container["Id"], stdout=False)
-        output, problem = (None, "over the limit") if watch.over_limit else _parse(head)
+        # Judged on what the engine's log holds once the container has stopped (the
+        # engine flushes it before it reports the exit): a live follow can end before
+        # the last bytes arrive, and the outcome must not depend on when it did.
+        stdout = await self._read_log(container["Id"], Capture(limits.output_bytes, tail))
+        try:
+            if watch is None:  # collected: what the log kept tells how it went
+                watch = _Watch(stdout)
+                ran = (finished - started).total_seconds() if started and finished else 0.0
+                watch.timed_out = exit_code in _SIGNALLED and ran >= spec.tool.timeout_s
+            watch.over_limit = watch.over_limit or stdout.over
+            output: JsonValue = None
+            problem: str | None = "over the limit"
+            if not watch.over_limit:
+                output, problem = await asyncio.to_thread(judge, stdout)
+            stdout_tail = stdout.tail_text()
+        finally:
+            stdout.close()
+        stderr = await self._read_log(container["Id"], Capture(0, tail, spool=False), err=True)
         oom = bool(state.get("OOMKilled"))
         termination = _termination(
             over_limit=watch.over_limit,
@@ -467,8 +479,8 @@ class DockerSandbox:
             termination=termination,
             exit_code=exit_code,
             output=output,
-            log_tail=stderr[-self.config.log_tail_bytes :].decode(errors="replace"),
-            stdout_tail=tail.decode(errors="replace"),
+            log_tail=stderr.tail_text(),
+            stdout_tail=stdout_tail,
             truncated=watch.over_limit,
             container=container["Name"].lstrip("/"),
             reconnected=reconnected,
@@ -477,24 +489,40 @@ class DockerSandbox:
             detail=detail.strip("; "),
         )
 
-    async def _logs(self, container_id: str, *, stdout: bool) -> bytes:
-        data = await self._call(self._api.logs, container_id, stdout=stdout, stderr=not stdout)
-        return bytes(data)
+    async def _read_log(self, container_id: str, capture: Capture, *, err: bool = False) -> Capture:
+        """Stream the stopped container's stdout (``err``: stderr) log into ``capture``
+        (stops once past its limit)."""
+
+        def read() -> None:
+            chunks = self._api.logs(container_id, stdout=not err, stderr=err, stream=True)
+            try:
+                for chunk in chunks:
+                    if not capture.feed(chunk) and capture.file is not None:
+                        break
+            finally:
+                _close_stream(chunks)
+
+        try:
+            await self._call(read)
+        except BaseException:
+            capture.close()
+            raise
+        return capture
 
     # -- the rest of the protocol ----------------------------------------------------------
 
     async def state(
         self, operation_id: str, mode: DispatchMode = DispatchMode.RUN
     ) -> RunState | None:
-        found = await self._inspect(container_name(operation_id, mode))
+        found = await self._inspect(self._name(operation_id, mode))
         return None if found is None else _STATES.get(found["State"]["Status"], RunState.EXITED)
 
     async def kill(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> bool:
-        name = container_name(operation_id, mode)
+        name = self._name(operation_id, mode)
         found = await self._owned(name)
         if found is not None:
             with contextlib.suppress(NotFound, ConflictError):  # gone, or already going
-                await self._call(self._api.remove_container, found["Id"], force=True)
+                await self._call(self._api.remove_container, found["Id"], force=True, v=True)
         deadline = datetime.now(UTC) + self.config.api_timeout
         delay = 0.05
         while await self._inspect(name) is not None:
@@ -505,14 +533,14 @@ class DockerSandbox:
         return True
 
     async def remove(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> None:
-        name = container_name(operation_id, mode)
+        name = self._name(operation_id, mode)
         found = await self._owned(name)
         if found is None:
             return
         if found["State"].get("Running"):
             raise InvalidTransition(f"container {name} is still running: kill it instead")
         with contextlib.suppress(NotFound, ConflictError):
-            await self._call(self._api.remove_container, found["Id"], force=True)
+            await self._call(self._api.remove_container, found["Id"], force=True, v=True)
 
     async def owned(self) -> list[OwnedRun]:
         rows = await self._call(
@@ -544,6 +572,15 @@ class DockerSandbox:
         return dict(((await self._image(image)).get("Config") or {}).get("Labels") or {})
 
     # -- engine calls ----------------------------------------------------------------------
+
+    def _name(self, operation_id: str, mode: DispatchMode) -> str:
+        name = container_name(operation_id, mode, namespace=self.config.owner)
+        if not _NAME.fullmatch(name):
+            raise InvalidInput(
+                f"operation id {operation_id!r} gives container name {name!r}, which Docker "
+                "refuses (allowed: letters, digits, '_', '.', '-')"
+            )
+        return name
 
     async def _image(self, image: str) -> dict[str, Any]:
         try:
@@ -607,26 +644,20 @@ def _arguments(spec: RunSpec) -> str:
     return encoded
 
 
-def _name(operation_id: str, mode: DispatchMode) -> str:
-    name = container_name(operation_id, mode)
-    if not _NAME.fullmatch(name):
-        raise InvalidInput(
-            f"operation id {operation_id!r} gives container name {name!r}, which Docker "
-            "refuses (allowed: letters, digits, '_', '.', '-')"
-        )
-    return name
+def shared_memory_bytes(scratch_bytes: int) -> int:
+    """The part of a run's scratch cap that is its ``/dev/shm`` (an eighth, at most
+    8 MiB); ``/tmp`` gets the rest, so the two writable places together hold at most
+    ``scratch_bytes``."""
+    return min(scratch_bytes // 8, 8 * 2**20)
 
 
-def _parse(stdout: bytes) -> tuple[JsonValue, str | None]:
-    """The one JSON document on stdout, or why there is none."""
-
-    def refuse(constant: str) -> None:
-        raise ValueError(f"{constant} is not JSON")
-
-    try:
-        return json.loads(stdout, parse_constant=refuse), None
-    except (ValueError, RecursionError) as error:
-        return None, "empty" if not stdout.strip() else str(error)[:200]
+def _close_stream(stream: Any) -> None:
+    with contextlib.suppress(Exception):
+        stream.close()  # shuts the socket down: a blocked read returns
+    with contextlib.suppress(Exception):
+        # ... and the response still holds the socket's file (docker-py 7.1 keeps it in
+        # ``CancellableStream._response``): release it too.
+        stream._response.close()
 
 
 def _termination(*, over_limit: bool, timed_out: bool, oom: bool, invalid: bool) -> Termination:
@@ -646,7 +677,9 @@ def _refused(name: str, what: str, error: BrainhandsError) -> RunOutcome:
         raise error
     name = name.lstrip("/")
     detail = f"container {name}: {what}: {error.message}"
-    return RunOutcome(termination=Termination.SANDBOX_ERROR, container=name, detail=detail)
+    return RunOutcome(
+        termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
+    )
 
 
 def _gone(name: str, reconnected: bool) -> RunOutcome:

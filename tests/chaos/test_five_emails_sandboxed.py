@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.tool import DispatchMode
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
+from hands.sandbox import container_name
 from session_store import SessionStore, open_store
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
 from tests.support.five_emails import BATCH, check_invariants, submit
@@ -107,7 +109,9 @@ async def test_seed_case_sandboxed(
         containers.append(result.container)
     ops = [r["operation_id"] for r in receipts]
     # email 4 is known by its query's container: the run's own outcome was unknown
-    assert containers == [f"bh-{op}" for op in ops[:3]] + [f"bh-{ops[3]}-query", f"bh-{ops[4]}"]
+    names = [container_name(op, namespace=rig.owner) for op in ops]
+    query = container_name(ops[3], DispatchMode.QUERY, namespace=rig.owner)
+    assert containers == [*names[:3], query, names[4]]
     await store.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from contracts.tool import Dispatch, ResultEvent, ToolDefinition
 from hands.executor import Executor
 from hands.images import BASE_IMAGE, tool_tag
 from hands.registry import register_image
+from hands.sandbox import RunState
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, open_store
+from tests.support.eventually import assert_eventually
 from tests.support.images import tool_images
 from tests.support.intents import CommittingExecutor
 from tests.support.sandboxed import DOCKER
@@ -140,3 +143,47 @@ def _rebuilt_echo() -> str:
         return str(image.id)
     finally:
         client.close()
+
+
+async def test_two_deployments_on_one_engine_run_the_same_operation_id_apart(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """Operation ids are a function of (session, task, key): two deployments sharing an
+    engine meet the same ids. Each one's container carries its namespace (name and
+    labels), so both run, and neither's reaper touches the other's container."""
+    deployments = []
+    for name in ("a", "b"):
+        store = await open_store(f"sqlite:///{tmp_path / f'{name}.db'}")
+        owner = f"test-ns-{name}-{uuid.uuid4().hex[:8]}"
+        box = DockerSandbox(DockerSandboxConfig(owner=owner, docker_url=DOCKER))
+        await box.check()
+        await register_image(store, box, tool_tag("sleep"))
+        deployments.append((store, box, executor(store, box, [])))
+    try:
+        (_, box_a, hands_a), (_, box_b, hands_b) = deployments
+        op = f"op-shared-{uuid.uuid4().hex[:8]}"
+        run_a = asyncio.create_task(hands_a.handle(dispatch("sleep", {"seconds": 1.5}, op)))
+        await assert_eventually(lambda: _running(box_a, op), within=30)
+
+        result_b = await hands_b.handle(dispatch("sleep", {"seconds": 0}, op))
+        touched_b = await hands_b.reconcile()
+        assert await box_a.state(op) is RunState.RUNNING  # A's run was left alone
+        result_a = await run_a
+
+        assert result_a is not None and result_b is not None
+        assert (result_a.succeeded, result_b.succeeded) == (True, True), (result_a, result_b)
+        assert result_a.output == {"slept": 1.5} and result_b.output == {"slept": 0}
+        assert result_a.container != result_b.container
+        assert box_a.config.owner in result_a.container
+        assert box_b.config.owner in result_b.container
+        assert touched_b == []
+    finally:
+        for store, box, _ in deployments:
+            for run in await box.owned():
+                await box.kill(run.operation_id, run.mode)
+            await box.close()
+            await store.close()
+
+
+async def _running(box: DockerSandbox, op: str) -> bool:
+    return await box.state(op) is RunState.RUNNING

@@ -13,7 +13,7 @@ from typing import Any
 import docker  # type: ignore[import-untyped]
 import pytest
 
-from contracts import InvalidInput, NotFound, OperationMismatch, PayloadTooLarge, StoreUnavailable
+from contracts import InvalidInput, NotFound, PayloadTooLarge, StoreUnavailable
 from contracts.tool import Limits, Termination, ToolDefinition
 from hands.images import BASE_IMAGE
 from hands.sandbox import LABEL_OWNER, RunSpec, RunState, container_name
@@ -127,7 +127,7 @@ async def test_a_run_whose_executor_died_is_reconnected_not_restarted(
     sandbox: DockerSandbox, base_image: str, engine: Any
 ) -> None:
     spec = spec_of(python_tool(base_image, SLOW))
-    name = container_name(spec.operation_id)
+    name = container_name(spec.operation_id, namespace=sandbox.config.owner)
     first = asyncio.create_task(sandbox.run(spec))
     await assert_eventually(lambda: _is(sandbox, spec, RunState.RUNNING), within=30)
     before = engine.inspect_container(name)
@@ -221,7 +221,7 @@ async def test_a_created_but_never_started_container_is_started(
     sandbox: DockerSandbox, base_image: str
 ) -> None:
     spec = spec_of(python_tool(base_image, ECHO), {"k": 2})
-    await sandbox._create(spec, container_name(spec.operation_id), '{"k":2}')  # died right after
+    await sandbox._create(spec, sandbox._name(spec.operation_id, spec.mode), '{"k":2}')  # died
     assert await sandbox.state(spec.operation_id) is RunState.CREATED
 
     outcome = await sandbox.run(spec)
@@ -257,11 +257,26 @@ async def test_owned_lists_only_this_owners_containers(
         assert [run.operation_id for run in listed] == [mine.operation_id]
         assert listed[0].state is RunState.EXITED and listed[0].session_id == "s-1"
         assert listed[0].labels[LABEL_OWNER] == sandbox.config.owner
-        with pytest.raises(OperationMismatch):
-            await sandbox.kill(theirs.operation_id)
-        with pytest.raises(OperationMismatch):
-            await sandbox.run(theirs)
+        assert await sandbox.state(theirs.operation_id) is None  # not in our namespace
+        assert await sandbox.kill(theirs.operation_id)  # absent here: theirs untouched
         assert await other.state(theirs.operation_id) is RunState.EXITED
+
+
+async def test_a_name_held_by_a_container_not_ours_is_a_refusal_that_touches_nothing(
+    sandbox: DockerSandbox, base_image: str, engine: Any
+) -> None:
+    spec = spec_of(python_tool(base_image, ECHO), 4)
+    other = python_tool(base_image, SLOW).model_copy(update={"name": "other"})
+    squatter = spec.model_copy(update={"tool": other})
+    await sandbox._create(squatter, sandbox._name(spec.operation_id, spec.mode), "4")
+    before = engine.inspect_container(sandbox._name(spec.operation_id, spec.mode))
+
+    outcome = await sandbox.run(spec)
+
+    assert outcome.termination is Termination.SANDBOX_ERROR and outcome.refused
+    assert "is not this deployment's run" in outcome.detail and "other@1" in outcome.detail
+    after = engine.inspect_container(before["Id"])
+    assert after["State"]["Status"] == "created"  # not started, not removed
 
 
 async def test_remove_is_for_ended_runs(sandbox: DockerSandbox, base_image: str) -> None:

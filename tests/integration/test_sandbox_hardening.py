@@ -8,6 +8,8 @@ firewall — so they need root and iptables, like the Hands itself."""
 from __future__ import annotations
 
 import asyncio
+import io
+import ipaddress
 import json
 import os
 import shutil
@@ -23,10 +25,11 @@ from pydantic import SecretStr
 
 from contracts.tool import NetworkPolicy, Termination, ToolDefinition
 from hands.egress import EgressGateway
+from hands.egress.network import bridge_gateway
 from hands.images import tool_tag
 from hands.labels import definition_from_labels
 from hands.sandbox import RunOutcome, RunSpec
-from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig, shared_memory_bytes
 from tests.support.images import tool_images
 from tests.support.services import in_ci
 
@@ -147,7 +150,8 @@ def report(outcome: RunOutcome) -> dict[str, Any]:
 
 
 def docker_bridge_gateway(engine: Any) -> str:
-    return str(engine.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"])
+    """The host's address on Docker's default bridge, found as the product finds it."""
+    return bridge_gateway(engine.inspect_network("bridge"))
 
 
 # -- no network ----------------------------------------------------------------------------
@@ -383,13 +387,98 @@ async def test_every_defense_flag_is_set_on_the_container(
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] and not host["Privileged"]
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    assert host["Tmpfs"] == {"/tmp": f"size={limits.scratch_bytes},mode=1777,noexec,nosuid,nodev"}
+    shm = shared_memory_bytes(limits.scratch_bytes)
+    scratch = limits.scratch_bytes - shm
+    assert host["Tmpfs"] == {"/tmp": f"size={scratch},mode=1777,noexec,nosuid,nodev"}
+    assert host["ShmSize"] == shm
     assert host["PidsLimit"] == limits.pids
     assert host["Memory"] == host["MemorySwap"] == limits.memory_bytes
     assert host["NanoCpus"] == int(limits.cpus * 1e9)
     assert host["Init"] and host["IpcMode"] == "private" and host["CgroupnsMode"] == "private"
-    assert host["LogConfig"]["Type"] == "json-file"
+    assert host["LogConfig"]["Type"] == "local"
     assert not host["Binds"] and not container["Mounts"]
     assert container["Config"]["User"] == "65534:65534"
     environment = dict(item.split("=", 1) for item in container["Config"]["Env"])
     assert json.loads(environment["BH_ARGUMENTS"]) == {"action": "exit", "code": 0}
+
+
+# -- no writable place but the capped scratch ------------------------------------------------
+
+#: Writes as much as it can under each path; reports bytes written and the error.
+FILL = (
+    "import json, os, sys\n"
+    "seen = {}\n"
+    "for place in sys.argv[1:]:\n"
+    "    written, error = 0, None\n"
+    "    try:\n"
+    "        with open(os.path.join(place, 'fill'), 'wb') as out:\n"
+    "            while written < 64 * 2**20:\n"
+    "                out.write(b'x' * 2**20); out.flush(); written += 2**20\n"
+    "    except OSError as failure:\n"
+    "        error = failure.strerror\n"
+    "    seen[place] = {'written': written, 'error': error}\n"
+    "print(json.dumps(seen))\n"
+)
+
+
+@pytest.fixture(scope="session")
+def volume_image(misbehave: ToolDefinition) -> Iterator[str]:
+    """An image declaring ``VOLUME /data`` (with a file in it), built offline from the
+    base image."""
+    client = docker.DockerClient(timeout=120)
+    try:
+        recipe = (
+            f"FROM {misbehave.image_id}\nUSER 0\n"
+            "RUN mkdir -p /data && echo seed > /data/seed && chmod 1777 /data\n"
+            "VOLUME /data\nUSER 65534:65534\n"
+        )
+        image, _ = client.images.build(
+            fileobj=io.BytesIO(recipe.encode()), tag=VOLUME_IMAGE, rm=True
+        )
+        yield str(image.id)
+    finally:
+        client.close()
+
+
+VOLUME_IMAGE = "bh-test/sandbox-volume:latest"
+
+
+def filling(tool: ToolDefinition, *places: str) -> ToolDefinition:
+    return tool.model_copy(update={"command": ("python3", "-c", FILL, *places)})
+
+
+async def test_an_image_volume_is_no_writable_place_and_leaves_nothing_behind(
+    sandbox: DockerSandbox, misbehave: ToolDefinition, volume_image: str, engine: Any
+) -> None:
+    volumes_before = {v["Name"] for v in engine.volumes()["Volumes"] or []}
+    tool = filling(misbehave, "/data").model_copy(update={"image_id": volume_image})
+    spec = spec_of(tool)
+
+    seen = report(await sandbox.run(spec))["/data"]
+    await sandbox.remove(spec.operation_id)
+
+    assert seen["written"] == 0 and seen["error"] == "Read-only file system", seen
+    assert {v["Name"] for v in engine.volumes()["Volumes"] or []} == volumes_before
+
+
+async def test_scratch_and_shared_memory_together_stay_under_the_scratch_cap(
+    sandbox: DockerSandbox, misbehave: ToolDefinition
+) -> None:
+    seen = report(await sandbox.run(spec_of(filling(misbehave, "/tmp", "/dev/shm"))))
+
+    written = seen["/tmp"]["written"] + seen["/dev/shm"]["written"]
+    assert 0 < written <= misbehave.limits.scratch_bytes, seen
+    assert seen["/dev/shm"]["error"] == "No space left on device", seen
+
+
+async def test_egress_containers_have_no_dns_upstream_that_could_exist(
+    egress: Egress, misbehave: ToolDefinition, engine: Any
+) -> None:
+    tool = allowing(misbehave, f"127.0.0.1:{egress.allowed.port}")
+    spec = spec_of(tool, action="exit", code=0)
+    egress.policy[spec.operation_id] = tool.network.allow
+
+    outcome = await egress.sandbox.run(spec)
+
+    upstreams = engine.inspect_container(outcome.container)["HostConfig"]["Dns"]
+    assert upstreams and all(ipaddress.ip_address(u).is_unspecified for u in upstreams), upstreams
