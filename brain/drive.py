@@ -1,6 +1,10 @@
-"""One drive of one session: claim, then plan, commit and run phases until nothing moves.
+"""One drive of one session: look, claim, then plan, commit and run phases until nothing
+moves.
 
-Each pass plans (``brain.planner``), commits its decisions together with the intents of
+A drive first plans read-only: a session with nothing to do (it sleeps, or waits on
+results that are not in) is left as it is — no claim, no commit — so an idle session's
+log does not grow however often it is woken. Only then does it claim the session. Each
+pass plans (``brain.planner``), commits its decisions together with the intents of
 the phases about to run (intent before action), and launches those phases; each phase's
 outcome is committed atomically the moment it returns (``brain.decide``). Commits go
 through one lock and are rebuilt from the newest state after a lost seq race. An
@@ -78,6 +82,8 @@ class Drive:
         #: who claimed the session before this drive: it started any interrupted phase
         self.previous_holder = handle.holder
         self._previous_alive: bool | None = None
+        #: the facts of the read-only look, used by the first planning pass
+        self._looked: planner.Facts | None = None
         self.fence = 0
         self.commits = 0
         self.phases = 0
@@ -99,6 +105,9 @@ class Drive:
         """Drive until nothing can move; False when a newer holder fenced this one out or
         this process can no longer prove its lease."""
         try:
+            if await self._idle():
+                self.fence = self.handle.fence if fence is None else fence
+                return True  # nothing to do: nothing written, not even a claim
             await self._claim(fence)
             await self._loop()
         except FencedError as error:
@@ -135,6 +144,15 @@ class Drive:
                 async with self.lock:  # news from other writers: submissions, cancels
                     await self.handle.refresh()
 
+    async def _idle(self) -> bool:
+        """Whether a planning pass would change nothing (read-only: commits nothing)."""
+        if self.handle.state.outbox and self.services.relay is not None:
+            return False
+        facts = self._looked = await self._facts()
+        builder = CommitBuilder(self.handle.state, self.services.clock())
+        self._plan_into(builder, facts, [])
+        return builder.build().is_empty
+
     def _prove(self, action: str) -> None:
         if self.lease is not None:
             self.lease.prove(action)
@@ -168,7 +186,7 @@ class Drive:
 
     async def _advance(self) -> bool:
         """Plan, commit the decisions and phase intents in one commit, launch the phases."""
-        facts = await self._facts()
+        facts, self._looked = self._looked or await self._facts(), None
         launch: list[str] = []
 
         def build(b: CommitBuilder) -> None:

@@ -22,7 +22,7 @@ import pytest
 import redis.asyncio
 
 from brain.context import PhaseContext
-from brain.outcome import Done, PhaseOutcome
+from brain.outcome import Done, PhaseOutcome, Sleep
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
@@ -256,6 +256,35 @@ async def test_leases_lost_to_blips_are_not_crashes(store: SessionStore, redis_u
     assert len(runs) == 4
     assert root.outcome is Outcome.SUCCEEDED, root.error
     assert root.crashes == 0
+
+
+# -- defect 11: an idle wake writes nothing ------------------------------------------------
+
+
+async def test_idle_wakes_by_alternating_brains_write_nothing(
+    store: SessionStore, redis_url: str
+) -> None:
+    """A session that only sleeps, woken 20 times by two Brains in turn: no claim, no
+    commit — the log does not grow with wall-clock time."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+
+    async def nap(ctx: PhaseContext) -> PhaseOutcome:
+        return Sleep(until=ctx.now() + timedelta(days=1), next_phase="start")
+
+    registry = Registry()
+    registry.add(kind("nap", {"start": nap}))
+    await SessionClient(store).submit("s1", "r1", {"task": {"kind": "nap"}})
+    async with (
+        brain(runner(store, registry, "brain-a"), redis_url, prefix, run=False) as a,
+        brain(runner(store, registry, "brain-b"), redis_url, prefix, run=False) as b,
+    ):
+        await a.drive("s1")  # to sleep
+        before = (await store.session("s1")).seq
+        for number in range(20):
+            await (a if number % 2 else b).drive("s1")
+        after = await store.session("s1")
+    assert after.state.tasks["root.r1"].status.value == "sleeping"
+    assert after.seq == before, f"{after.seq - before} commits by 20 idle wakes"
 
 
 # -- defect 20: no request leaves once the lease cannot be proven ---------------------------
