@@ -134,6 +134,8 @@ class BrainService:
                 await self.incarnations.beat(self.holder, self.runner.services.process)
             except StoreUnavailable as error:
                 log.warning("cannot beat: %s", error.message)
+            except Exception:  # one bad beat must not stop the beating
+                log.exception("beat failed")
             await asyncio.sleep(self.beat_interval)
 
     async def holder_alive(self, holder: str) -> bool:
