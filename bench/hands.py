@@ -224,7 +224,7 @@ async def _time_call(
         crash=crash,
         clock=utcnow,
         runner_id="bench",
-        relay=None if bus is None else OutboxRelay(bus, crash),
+        relay=None if bus is None else OutboxRelay(bus, crash, store),
     )
     runner = SessionRunner(store, registry, services)
     started = time.perf_counter()

@@ -16,6 +16,7 @@ from contracts import (
     Document,
     DocumentWrite,
     Entry,
+    Intent,
     OutboxMessage,
     Submission,
     Task,
@@ -34,6 +35,7 @@ class CommitBuilder:
         self._outbox: list[OutboxMessage] = []
         self._sent: list[str] = []
         self._applied: list[str] = []
+        self._intents: dict[str, Intent] = {}
 
     def task(self, task_id: str) -> Task:
         """The task as this commit will leave it (so far)."""
@@ -116,6 +118,9 @@ class CommitBuilder:
         # intent: adding it again would be refused by the store and gain nothing.
         self._outbox.extend(m for m in effects.outbox if m.id not in self._state.outbox)
         self._applied.extend(effects.applied_operations)
+        for intent in effects.intents:  # committed earlier: the same intent, kept
+            if intent.operation_id not in self._state.intents:
+                self._intents.setdefault(intent.operation_id, intent)
         for spec in effects.spawn:
             self.create(spec, parent_id=parent_id)
 
@@ -132,4 +137,5 @@ class CommitBuilder:
             outbox=tuple(self._outbox),
             outbox_done=tuple(self._sent),
             applied_operations=tuple(self._applied),
+            intents=tuple(self._intents.values()),
         )

@@ -35,6 +35,7 @@ from contracts import (
     ConflictError,
     ErrorInfo,
     FencedError,
+    Intent,
     InvalidInput,
     LeaseLost,
     NotFound,
@@ -282,15 +283,23 @@ class Drive:
             OutboxMessage(
                 id=f"{op}.cancel",
                 topic=CANCEL_SUBJECT,
-                payload=Cancellation(
-                    operation_id=op, session_id=self.handle.session_id, reason=reason
-                ).model_dump(mode="json"),
+                payload=self._cancellation(op, reason).model_dump(mode="json"),
             )
             for op in task.wait.operations
             if op in self.awaiting and f"{op}.cancel" not in self.handle.state.outbox
         )
         if messages:
             b.add(Effects(outbox=messages), parent_id=task.id)
+
+    def _cancellation(self, op: str, reason: str) -> Cancellation:
+        intent = self.handle.state.intents.get(op)
+        return Cancellation(
+            operation_id=op,
+            session_id=self.handle.session_id,
+            reason=reason,
+            task_id=intent.task_id if intent else None,
+            tool=intent.dispatch.tool if intent else None,
+        )
 
     def _migrate(self, b: CommitBuilder, task: Task) -> None:
         resolution = self.runner.registry.resolve(task)
@@ -408,7 +417,7 @@ class Drive:
             operations=(dispatch.operation_id,),
             next_phase=task.phase,
             reason=sent.message,
-            effects=Effects(outbox=(message,)),
+            effects=Effects(outbox=(message,), intents=(Intent.of(dispatch),)),
         )
 
     async def _relay(self) -> None:

@@ -4,24 +4,14 @@ An operation's id is derived by the kernel from its session, its task and a key 
 names (``operation_id``); client input never chooses it. The operation's record in the
 store is the intent of every attempt: before the tool runs, the attempt is recorded with
 its executor, its process and a deadline (now + the tool's timeout), and the executor
-abandons the call at that deadline. What a phase finds decides what it does:
-
-=================================================  =====================================
-the operation's record                             what happens (recorded path)
-=================================================  =====================================
-a result is stored                                 use it, run nothing (``reused``)
-none                                               record attempt 1 and run (``executed``)
-running, and the attempt may still be in flight    wait, as task state, until its
-(another executor, before deadline + margin)       deadline (``OperationInFlight``)
-running, and the attempt is over (its process is   recover, by the tool's declaration:
-gone, its deadline passed, or our own call ended   replay-safe: run again with the same
-with ``OutcomeUnknown``)                           id (``replayed``); unsafe with a
-                                                   query: ask — found: ``verified``,
-                                                   not found: run (``executed``);
-                                                   unsafe without a query: park as
-                                                   uncertain (``OperationParked``)
-uncertain                                          stay parked until an operator decides
-=================================================  =====================================
+abandons the call at that deadline. What a phase finds decides what it does, by the
+operation lifecycle's one table (``lifecycle.decision``, shared with the Hands; see
+``docs/operations.md``): reuse a stored result (``reused``); record attempt 1 and run
+(``executed``); wait, as task state, while another executor's attempt may be in flight
+(``OperationInFlight``); once the attempt is over with its outcome unknown, recover by
+the tool's declaration — replay-safe: run again with the same id (``replayed``); unsafe
+with a query: ask (found: ``verified``; not found: run); unsafe without a query, or
+``max_attempts`` made: park as uncertain (``OperationParked``) until an operator decides.
 
 Every new attempt is a create-once revision of the record, so of several would-be
 executors exactly one runs it. Under a lease (a Brain service), the drive's lease is
@@ -59,13 +49,14 @@ from contracts import (
     OperationResult,
     OperationStatus,
     OutcomeUnknown,
-    ReplayPolicy,
     Task,
     ToolFailed,
 )
 from contracts.model import Frozen
 from contracts.tool import Dispatch
 from coordination.leases import LeaseProof
+from lifecycle.cancellation import write_cancelled
+from lifecycle.decision import Decision, Evidence, Policy, Step, decide
 from runtime.incarnation import ProcessState, process_state
 
 log = logging.getLogger(__name__)
@@ -184,21 +175,63 @@ class Operations:
             return await self._sandboxed(op_id, spec, frozen)
         store = self._services.store
         record = await store.get_operation(op_id)
-        if record is None:  # intent before action: no record, nothing happened yet
-            return await self._execute(await self._first_attempt(op_id, spec, frozen), spec)
-        self._check_same(record, tool, frozen)
-        result = await store.get_operation_result(op_id)  # the store keeps it in-session
-        if result is not None:
+        result = None
+        if record is not None:
+            self._check_same(record, tool, frozen)
+            result = await store.get_operation_result(op_id)  # the store keeps it in-session
+        evidence = Evidence(
+            record=record,
+            has_result=result is not None,
+            attempt_over=self._attempt_over(record),
+            now=self._services.clock(),
+        )
+        decision = decide(evidence, Policy.of(spec), self._services.lifecycle)
+        if decision.step is Step.REUSE:
+            assert result is not None
             return await self._reuse(result)
-        if record.status is OperationStatus.UNCERTAIN:
-            raise OperationParked(record.reason or "outcome unknown", operation_id=op_id)
-        if record.status is OperationStatus.ACCEPTED:
-            return await self._execute(await self._next_attempt(record, spec), spec)
-        if record.status is not OperationStatus.RUNNING:
-            reason = f"operation {op_id} is {record.status.value} but has no result on record"
+        if decision.step is Step.START and record is None:  # intent before action
+            return await self._execute(await self._first_attempt(op_id, spec, frozen), spec)
+        assert record is not None
+        return await self._act(decision, record, spec)
+
+    def _attempt_over(self, record: Operation | None) -> bool:
+        """Whether the record's attempt is certainly over: it was this runner's and its
+        call is not in flight here, or its process is gone."""
+        if record is None:
+            return False
+        services = self._services
+        if record.executor == services.runner_id and record.operation_id not in services.inflight:
+            return True
+        return process_state(record.process) is ProcessState.GONE
+
+    async def _act(
+        self, decision: Decision, record: Operation, spec: ToolSpec, *, again: bool = False
+    ) -> Performed:
+        """Do what the lifecycle decided (``lifecycle.decision``) for an operation on
+        record. ``again``: this phase run already recovered once; a further unknown
+        outcome is left to a later attempt of the phase."""
+        op_id, step = record.operation_id, decision.step
+        if step is Step.WAIT:
+            assert decision.until is not None
+            raise OperationInFlight(
+                f"operation {op_id}: {decision.why}", operation_id=op_id, until=decision.until
+            )
+        if step is Step.PARKED:
+            raise OperationParked(decision.why, operation_id=op_id)
+        if step is Step.PARK:
+            reason = f"operation {op_id} ({spec.name}): {decision.why}"
             raise OperationParked(await self._park(record, reason), operation_id=op_id)
-        self._wait_if_in_flight(record)
-        return await self._recover(record, spec)
+        if step is Step.CANCELLED:
+            await write_cancelled(self._services.store, record, decision.why)
+            result = await self._services.store.get_operation_result(op_id)
+            assert result is not None
+            return await self._reuse(result)
+        if step is Step.VERIFY:
+            found = await self._query(record, spec)
+            if found is not None:
+                return found
+        path: RecoveryPath = "replayed" if step is Step.REPLAY else "executed"
+        return await self._execute(await self._next_attempt(record, spec), spec, path, again=again)
 
     async def _sandboxed(self, op_id: str, spec: ToolSpec, args: JsonValue) -> Performed:
         """The Hands' result when it is in the store; otherwise the call becomes an
@@ -239,45 +272,11 @@ class Operations:
                 differs=differences,
             )
 
-    def _wait_if_in_flight(self, record: Operation) -> None:
-        services = self._services
-        ours_and_ended = (
-            record.executor == services.runner_id and record.operation_id not in services.inflight
-        )
-        if ours_and_ended or record.deadline is None:
-            return
-        if process_state(record.process) is ProcessState.GONE:
-            return  # its process is certainly dead: nothing of it is in flight
-        until = record.deadline + services.takeover_margin
-        if services.clock() < until:
-            raise OperationInFlight(
-                f"operation {record.operation_id} attempt {record.attempts} by "
-                f"{record.executor} may still be in flight until {until.isoformat()}",
-                operation_id=record.operation_id,
-                until=until,
-            )
-
-    async def _recover(
-        self, record: Operation, spec: ToolSpec, *, again: bool = False
-    ) -> Performed:
-        """The last attempt is over and its outcome unknown: recover by the tool's kind.
-        ``again``: this phase run already recovered once; a further unknown outcome is
-        left to a later attempt of the phase (bounded by the kind's ``max_attempts``)."""
-        if spec.replay is ReplayPolicy.SAFE:
-            replay = await self._next_attempt(record, spec)
-            return await self._execute(replay, spec, "replayed", again=again)
-        if spec.queryable:
-            found = await self._query(record, spec)
-            if found is not None:
-                return found
-            retry = await self._next_attempt(record, spec)
-            return await self._execute(retry, spec, again=again)
-        reason = (
-            f"operation {record.operation_id} ({spec.name}) may have run in attempt "
-            f"{record.attempts}; {spec.name} is not replay-safe and has no query, so it is "
-            "not re-run: an operator must decide"
-        )
-        raise OperationParked(await self._park(record, reason), operation_id=record.operation_id)
+    async def _recover(self, record: Operation, spec: ToolSpec) -> Performed:
+        """Our own call ended without an answer: decide again (its attempt is over)."""
+        evidence = Evidence(record=record, attempt_over=True, now=self._services.clock())
+        decision = decide(evidence, Policy.of(spec), self._services.lifecycle)
+        return await self._act(decision, record, spec, again=True)
 
     async def _execute(
         self,
@@ -294,7 +293,7 @@ class Operations:
                 raise RecoveryPending(f"{error.message} (again while recovering)") from error
         # Our own call ended without an answer (``record`` is still the current revision:
         # nothing moves it on that path): recover now, once.
-        return await self._recover(record, spec, again=True)
+        return await self._recover(record, spec)
 
     async def _first_attempt(self, op_id: str, spec: ToolSpec, args: JsonValue) -> Operation:
         """Record the operation with attempt 1 before it starts (intent before action)."""

@@ -11,7 +11,15 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from contracts import DocumentWrite, Entry, ErrorInfo, JoinPolicy, OutboxMessage, Parked
+from contracts import (
+    DocumentWrite,
+    Entry,
+    ErrorInfo,
+    Intent,
+    JoinPolicy,
+    OutboxMessage,
+    Parked,
+)
 from contracts.model import AwareDatetime, Frozen, Identifier
 
 
@@ -38,6 +46,8 @@ class Effects(Frozen):
     spawn: tuple[TaskSpec, ...] = ()
     outbox: tuple[OutboxMessage, ...] = ()
     applied_operations: tuple[Identifier, ...] = ()
+    #: the committed tool calls the outbox's dispatches carry (``contracts.intent``)
+    intents: tuple[Intent, ...] = ()
     memo: dict[str, JsonValue] = Field(default_factory=dict)
 
 

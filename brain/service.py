@@ -55,11 +55,15 @@ class BrainService:
         busy_retry: timedelta = timedelta(milliseconds=200),
         routes: Routes | None = None,
         model: str | None = None,
+        watch_after: timedelta = timedelta(seconds=30),
     ) -> None:
         """With ``routes``, this Brain advertises what it runs (its kinds and versions,
         and ``model``, its model configuration) and takes the wakes of its route only
         (sessions it can run); without, the wake queue's default route."""
         self.runner = runner
+        #: a session left waiting on the Hands is looked at again by the scheduler this
+        #: long after (``coordination.attention``): a lost dispatch is re-issued
+        self.watch_after = watch_after
         self.leases = leases
         self.wakes = wakes
         self.redis_url = redis_url
@@ -211,6 +215,8 @@ class BrainService:
         self.reports.append(report)
         if report.next_wake_at is not None and not report.fenced:
             await self.wakes.wake(session_id, reason="timer", at=report.next_wake_at)
+        if report.awaiting and not report.fenced:
+            await self.wakes.attention.watch(session_id, after=self.watch_after)
         return f"fence {report.fence}: {report.commits} commits, active={report.active}"
 
     async def _keep(self, proof: LeaseProof, driving: asyncio.Task[DriveReport]) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from brain.tools import ToolDispatcher
+from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
 from runtime.incarnation import this_process
 from session_store import SessionStore
@@ -24,10 +25,10 @@ class Services:
     ``runner_id`` names this runner incarnation (an operation attempt's ``executor``, a
     task's ``settled_by``, a claim's holder); ``process`` is the process it runs in
     (``runtime.incarnation``). ``inflight`` holds the operations whose calls this runner
-    is making right now. ``takeover_margin`` is added to another executor's attempt
-    deadline before a takeover treats that attempt's outcome as unknown: it covers clock
-    skew between hosts. ``relay`` publishes committed outbox messages (None: no bus;
-    sandboxed tools need one).
+    is making right now. ``lifecycle`` holds the operation lifecycle's settings, the same
+    as the Hands' (``lifecycle.decision``: the takeover margin, the attempt limit).
+    ``relay`` publishes committed outbox messages (None: no bus; sandboxed tools need
+    one).
     """
 
     store: SessionStore
@@ -39,4 +40,4 @@ class Services:
     relay: OutboxRelay | None = None
     process: str = field(default_factory=this_process)
     inflight: set[str] = field(default_factory=set)
-    takeover_margin: timedelta = timedelta(seconds=2)
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)

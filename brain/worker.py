@@ -106,7 +106,7 @@ async def build(
         clock=utcnow,
         runner_id=new_runner_id(),
         model=model,
-        relay=None if bus is None else OutboxRelay(bus, crash),
+        relay=None if bus is None else OutboxRelay(bus, crash, store),
     )
     runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
     return Built(store, runner, bus)

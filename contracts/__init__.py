@@ -42,6 +42,7 @@ from contracts.errors import (
     UnknownRecordVersion,
     VersionMismatch,
 )
+from contracts.intent import Intent, args_digest
 from contracts.model import Frozen, Identifier, KindName, RequestId, utcnow
 from contracts.operation import (
     INLINE_RESULT_BYTES,
@@ -93,6 +94,7 @@ __all__ = [
     "FencedError",
     "Frozen",
     "Identifier",
+    "Intent",
     "InvalidInput",
     "InvalidStoreUrl",
     "InvalidTransition",
@@ -133,5 +135,6 @@ __all__ = [
     "UnknownRecordVersion",
     "VersionMismatch",
     "WaitCondition",
+    "args_digest",
     "utcnow",
 ]

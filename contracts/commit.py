@@ -8,6 +8,7 @@ from pydantic import Field
 
 from contracts.document import DocumentWrite
 from contracts.entry import Entry
+from contracts.intent import Intent
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 from contracts.outbox import OutboxMessage
 from contracts.submission import Submission
@@ -21,7 +22,8 @@ class Commit(Frozen):
 
     ``tasks`` and ``submissions`` carry whole records: ``rev`` 1 creates, ``rev`` n+1
     replaces revision n. ``applied_operations`` marks operation results as entered into
-    the session; an operation can be applied once only.
+    the session; an operation can be applied once only. ``intents`` are the tool calls
+    the Hands may run (``contracts.intent``).
     """
 
     entries: tuple[Entry, ...] = ()
@@ -31,6 +33,8 @@ class Commit(Frozen):
     outbox: tuple[OutboxMessage, ...] = ()
     outbox_done: tuple[Identifier, ...] = ()
     applied_operations: tuple[Identifier, ...] = ()
+    #: tool calls the Hands may run (with their dispatch messages in ``outbox``)
+    intents: tuple[Intent, ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -42,6 +46,7 @@ class Commit(Frozen):
             or self.outbox
             or self.outbox_done
             or self.applied_operations
+            or self.intents
         )
 
 

@@ -66,6 +66,7 @@ class Operation(Frozen):
     ``process``, see ``runtime.incarnation``) and is abandoned by it at ``deadline``: until
     then it may still be in flight, and nobody else runs or verifies the operation.
     ``decided_by`` and ``decision`` record who moved it out of ``uncertain``, and why.
+    ``cancel`` records that someone asked it to stop, before anyone is told.
     """
 
     v: Literal[1] = OPERATION_RECORD_VERSION
@@ -86,6 +87,9 @@ class Operation(Frozen):
     reason: str | None = None
     decided_by: str | None = None
     decision: str | None = None
+    #: a recorded request to stop (its reason, who asked): the run is not started, or is
+    #: stopped; the result then says what happened (``lifecycle.cancellation``)
+    cancel: str | None = None
     created_at: AwareDatetime = Field(default_factory=utcnow)
     updated_at: AwareDatetime = Field(default_factory=utcnow)
 

@@ -159,13 +159,18 @@ class Dispatch(Frozen):
 
 
 class Cancellation(Frozen):
-    """``tools.cancel``: stop an operation's container and record it ``cancelled``."""
+    """``tools.cancel``: a cancellation already recorded in the store; the broadcast only
+    shortens the wait of the Hands whose host runs the operation (they check the store)."""
 
     v: Literal[1] = 1
     type: Literal["cancel"] = "cancel"
     operation_id: str
     session_id: str
     reason: str = "cancelled"
+    #: what the canceller knows of the call (so a cancel that comes before any Hands
+    #: recorded the operation can record it, cancelled, in its place)
+    task_id: str | None = None
+    tool: str | None = None
 
 
 class ResultEvent(Frozen):

@@ -32,6 +32,7 @@ from rq.exceptions import StopRequested
 from rq.timeouts import BaseDeathPenalty
 
 from contracts import StoreUnavailable
+from coordination.attention import Attention
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class RQWakes:
         self.router = router
         self._sync = redis.Redis.from_url(url)
         self._queues: dict[str, Queue] = {}
+        #: sessions the scheduler must look at again (``coordination.attention``)
+        self.attention = Attention(self._sync, prefix=prefix)
 
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         try:

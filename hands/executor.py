@@ -32,6 +32,7 @@ The store decides, the bus only delivers. For each dispatch the executor:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -51,7 +52,7 @@ from contracts import (
     OperationMismatch,
     OperationResult,
     OperationStatus,
-    ReplayPolicy,
+    Refused,
     utcnow,
 )
 from contracts.arguments import argument_problem
@@ -65,14 +66,17 @@ from contracts.tool import (
     ToolDefinition,
 )
 from hands.metrics import HandsMetrics
-from hands.sandbox import RunOutcome, RunSpec, RunState, Sandbox, container_name
+from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, Sandbox, container_name
+from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write_cancelled
+from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
+from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
 
 log = logging.getLogger(__name__)
 
 #: Starts of one operation before an unknown outcome is left to an operator.
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = LifecycleSettings().max_attempts
 
 Publish = Callable[[ResultEvent], Awaitable[None]]
 
@@ -87,6 +91,17 @@ class Busy(BrainhandsError):
     def __init__(self, message: str, *, until: datetime | None = None) -> None:
         super().__init__(message, until=until.isoformat() if until else None)
         self.until = until
+
+
+class NotCommitted(Refused):
+    """A dispatch that no committed intent backs (forged, foreign or stale): refused,
+    nothing recorded, nothing run."""
+
+    code = "not_committed"
+
+
+async def _no_pause(_: str) -> None:
+    return None
 
 
 class Duplicate(BrainhandsError):
@@ -107,8 +122,10 @@ class Executor:
         executor_id: str,
         crash: CrashPoints | None = None,
         clock: Callable[[], datetime] = utcnow,
-        grace: timedelta = timedelta(seconds=30),
+        lifecycle: LifecycleSettings | None = None,
         metrics: HandsMetrics | None = None,
+        pause: Pause = _no_pause,
+        cancel_poll: timedelta = timedelta(seconds=2),
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -116,8 +133,12 @@ class Executor:
         self.executor_id = executor_id
         self.crash = crash or CrashPoints()
         self.clock = clock
-        self.grace = grace
+        self.lifecycle = lifecycle or LifecycleSettings()
         self.metrics = metrics or HandsMetrics()
+        #: a test hook between reading a record and writing its next revision
+        self.pause = pause
+        #: how often a running operation's record is read for a recorded cancellation
+        self.cancel_poll = cancel_poll
         #: operations this instance is handling right now
         self.inflight: set[str] = set()
 
@@ -142,19 +163,11 @@ class Executor:
         if record.status is OperationStatus.UNCERTAIN:
             return None
         if record.status is OperationStatus.CANCELLED:  # cancelled before it ran
-            return await self._settle(record, _cancelled(record, record.reason, None))
+            return await self._settle(record, cancelled_result(record, record.reason))
         if problem is not None:
             return await self._settle(record, _refusal(dispatch, problem))
         assert definition is not None
         return await self._run(record, definition, dispatch)
-
-    async def give_up(self, dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:
-        """Record a dispatch that could not be brought to an outcome as failed."""
-        existing = await self.store.get_operation_result(dispatch.operation_id)
-        if existing is not None:
-            return existing
-        record = await self._record(dispatch)
-        return await self._settle(record, _refusal(dispatch, problem))
 
     async def verify(self, operation_id: str) -> OperationResult | None:
         """Ask the tool's query entry point whether the operation happened; a found
@@ -168,29 +181,42 @@ class Executor:
             return None
         return await self._settle(record, outcome, decision="verified by its query entry point")
 
-    async def cancel(self, operation_id: str, reason: str) -> OperationResult | None:
-        """Cancel an operation that has no result yet, from this instance's point of view:
+    async def cancel(
+        self, operation_id: str, reason: str, *, by: str | None = None
+    ) -> OperationResult | None:
+        """Cancel an operation: record it in the store first (``lifecycle.cancellation``:
+        one of cancel and claim wins each revision), then stop its container if it runs
+        here. The result if there is one (an operation that already had a result keeps
+        it); None while a run here or elsewhere is being stopped."""
+        record = await record_cancel(
+            self.store, operation_id, reason, by=by or self.executor_id, pause=self.pause
+        )
+        return await self._stop(record)
 
-        * its container is here: kill it, check it is gone, record ``cancelled``;
-        * it never started (or is parked): record ``cancelled`` (a revision of the record,
-          so a claim racing with it loses) — it will never run;
-        * it runs on another host: that host's Hands does it (None here).
-
-        An operation that already has a result keeps it (returned)."""
-        record, existing = await self._on_record(operation_id)
-        if existing is not None:
-            return existing
-        here = await self.sandbox.state(operation_id) is not None
-        if record.status is OperationStatus.RUNNING and not here:
+    async def honour_cancel(self, operation_id: str) -> OperationResult | None:
+        """A cancellation broadcast: acted on only when the store records it (a message
+        the store does not back is refused and counted)."""
+        record = await self.store.get_operation(operation_id)
+        if record is None or not (record.cancel or record.status is OperationStatus.CANCELLED):
+            self.metrics.refused("cancel", "not_recorded")
+            log.warning("cancel of %s refused: the store records no cancellation", operation_id)
             return None
-        if here and not await self.sandbox.kill(operation_id):
-            raise Busy(f"the container of {operation_id} could not be removed yet")
-        if not record.status.is_final:
-            with contextlib.suppress(ConflictError, InvalidTransition):
-                record = await self.store.transition_operation(
-                    record, OperationStatus.CANCELLED, reason=reason, **_decided(record, self)
-                )
-        return await self._settle(record, _cancelled(record, reason, self.executor_id))
+        return await self._stop(record)
+
+    async def _stop(self, record: Operation) -> OperationResult | None:
+        existing = await self.store.get_operation_result(record.operation_id)
+        if existing is not None:
+            await self._announce(existing)
+            return existing
+        if record.status is OperationStatus.CANCELLED:  # never ran: its result is due
+            await write_cancelled(self.store, record, record.reason)
+            return await self._stop(record)
+        # a container here: stop it; its handler (here or, after a crash, the reaper)
+        # records what happened
+        here = await self.sandbox.state(record.operation_id) is not None
+        if here and not await self.sandbox.kill(record.operation_id):
+            raise Busy(f"the container of {record.operation_id} could not be removed yet")
+        return None
 
     async def _on_record(self, operation_id: str) -> tuple[Operation, OperationResult | None]:
         """The operation (``NotFound`` unless on record) and its result, if any."""
@@ -234,14 +260,15 @@ class Executor:
         delivery; a record of another session, task, tool or arguments is refused."""
         record = await self.store.get_operation(dispatch.operation_id)
         if record is None:
+            committed = await self._committed(dispatch)
             intent = Operation(
-                operation_id=dispatch.operation_id,
-                session_id=dispatch.session_id,
-                task_id=dispatch.task_id,
-                tool=dispatch.tool,
-                tool_version=dispatch.tool_version,
-                args=dispatch.args,
-                replay=definition.replay if definition is not None else dispatch.replay,
+                operation_id=committed.operation_id,
+                session_id=committed.session_id,
+                task_id=committed.task_id,
+                tool=committed.tool,
+                tool_version=committed.tool_version,
+                args=committed.args,
+                replay=committed.replay,
             )
             try:
                 record = await self.store.create_operation(intent)
@@ -251,73 +278,119 @@ class Executor:
         _check_same(record, dispatch)
         return record
 
+    async def _committed(self, dispatch: Dispatch) -> Dispatch:
+        """The dispatch as the session's log committed it; ``NotCommitted`` when no
+        committed intent matches the message (the store decides, the bus only delivers)."""
+        intent = await self.store.intent(dispatch.session_id, dispatch.operation_id)
+        if intent is None:
+            raise NotCommitted(
+                f"operation {dispatch.operation_id}: session {dispatch.session_id} has no "
+                "committed intent for it; the dispatch is refused",
+                operation_id=dispatch.operation_id,
+            )
+        differs = intent.differences(dispatch)
+        if differs:
+            raise NotCommitted(
+                f"operation {dispatch.operation_id}: the dispatch differs from the committed "
+                f"intent in its {', '.join(differs)}; it is refused",
+                operation_id=dispatch.operation_id,
+                differs=differs,
+            )
+        return intent.dispatch
+
     # -- running ---------------------------------------------------------------------
 
     async def _run(
         self, record: Operation, definition: ToolDefinition, dispatch: Dispatch
     ) -> OperationResult | None:
+        """Decide by the lifecycle's table (``lifecycle.decision``) and act."""
         state = await self.sandbox.state(record.operation_id)
-        started_before = record.attempts > 0 or record.status is OperationStatus.RUNNING
-        if state is None and started_before:
-            self._wait_if_starting(record)
-            why = (
-                f"attempt {record.attempts} by {record.executor} may have run, and left no "
-                "container and no result"
-            )
-            return await self._recover(record, definition, why)
-        claimed = await self._claim(record, definition, new_attempt=state is None)
-        self.crash.reached("hands:claimed")
-        outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-        return await self._finish(claimed, definition, outcome, "executed")
-
-    def _wait_if_starting(self, record: Operation) -> None:
-        """Another executor claimed the operation and has no container (yet): until its
-        claim's deadline it may still start one, so the outcome is not unknown yet."""
-        if record.status is not OperationStatus.RUNNING or record.deadline is None:
-            return
-        if record.executor == self.executor_id:
-            return  # ours, and not in flight here (``inflight``): it ended
-        if self.clock() < record.deadline:
-            raise Busy(
-                f"operation {record.operation_id} was claimed by {record.executor}, which "
-                f"may still start it until {record.deadline.isoformat()}",
-                until=record.deadline,
-            )
+        evidence = Evidence(
+            record=record,
+            run_exists=state is not None,
+            # ours and not in flight here (``inflight``): that attempt ended
+            attempt_over=record.executor == self.executor_id,
+            now=self.clock(),
+        )
+        decision = decide(evidence, Policy.of(definition), self.lifecycle)
+        return await self._act(decision, record, definition)
 
     async def _recover(
         self, record: Operation, definition: ToolDefinition, why: str
     ) -> OperationResult | None:
-        """The last attempt's outcome is unknown (``why``): recover by the tool's replay
-        policy, within ``MAX_ATTEMPTS`` starts."""
-        if record.attempts >= MAX_ATTEMPTS:
-            await self._park(
-                record,
-                f"{why}; {record.attempts} attempts made, giving the decision to an operator",
-            )
+        """Our own attempt ended with its outcome unknown (``why``): decide again."""
+        current = await self.store.get_operation(record.operation_id) or record
+        evidence = Evidence(record=current, attempt_over=True, now=self.clock())
+        decision = decide(evidence, Policy.of(definition), self.lifecycle)
+        decision = decision.model_copy(update={"why": f"{why}; {decision.why}"})
+        return await self._act(decision, current, definition)
+
+    async def _act(
+        self, decision: Decision, record: Operation, definition: ToolDefinition
+    ) -> OperationResult | None:
+        step = decision.step
+        if step is Step.WAIT:
+            raise Busy(f"operation {record.operation_id}: {decision.why}", until=decision.until)
+        if step is Step.PARKED:
             return None
-        if definition.replay is ReplayPolicy.SAFE:
-            claimed = await self._claim(record, definition, new_attempt=True)
+        if step is Step.PARK:
+            await self._park(record, decision.why)
+            return None
+        if step is Step.CANCELLED:
+            return await self._settle_cancelled(record)
+        if step is Step.REUSE:
+            return await self.store.get_operation_result(record.operation_id)
+        if step is Step.RECONNECT:
+            claimed = await self._claim(record, definition, new_attempt=False)
+            self.crash.reached("hands:claimed")
             outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-            return await self._finish(claimed, definition, outcome, "replayed")
-        if definition.queryable:
+            return await self._finish(claimed, definition, outcome, "executed")
+        if step is Step.VERIFY:
             claimed = await self._claim(record, definition, new_attempt=False)
             found = await self._query(claimed, definition)
             if found is not None:
                 return await self._settle(claimed, found)
-            retry = await self._claim(claimed, definition, new_attempt=True)
-            outcome = await self._sandboxed(retry, definition, DispatchMode.RUN)
-            return await self._finish(retry, definition, outcome, "executed")
-        await self._park(
-            record,
-            f"{why}; {definition.name} is not replay-safe and has no query, so it is not "
-            "re-run: an operator must decide",
-        )
-        return None
+            record = claimed
+        path = "replayed" if step is Step.REPLAY else "executed"
+        return await self._start(record, definition, path)
+
+    async def _start(
+        self, record: Operation, definition: ToolDefinition, path: str
+    ) -> OperationResult | None:
+        """Claim a new attempt and start its run — unless a cancellation was recorded
+        meanwhile (read again just before the start: it wins)."""
+        claimed = await self._claim(record, definition, new_attempt=True)
+        self.crash.reached("hands:claimed")
+        await self.pause("start:read")
+        current = await self.store.get_operation(claimed.operation_id) or claimed
+        if current.cancel:
+            return await self._settle_cancelled(current)
+        outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
+        return await self._finish(claimed, definition, outcome, path)
+
+    async def _settle_cancelled(self, record: Operation) -> OperationResult:
+        """Cancelled before its run started: ``cancelled`` is what happened."""
+        with contextlib.suppress(ConflictError, InvalidTransition):
+            record = await self.store.transition_operation(
+                record, OperationStatus.CANCELLED, reason=record.cancel, **_decided(record, self)
+            )
+        return await self._settle(record, cancelled_result(record, record.cancel))
 
     async def _park(self, record: Operation, reason: str) -> None:
         reason = f"operation {record.operation_id} ({record.tool}): {reason}"
-        with contextlib.suppress(ConflictError, InvalidTransition):
-            await self.store.transition_operation(record, OperationStatus.UNCERTAIN, reason=reason)
+        for _ in range(5):  # a revision written meanwhile (a recorded cancel): re-read
+            try:
+                await self.store.transition_operation(
+                    record, OperationStatus.UNCERTAIN, reason=reason
+                )
+                break
+            except InvalidTransition:
+                return  # final or already uncertain: what is recorded stands
+            except ConflictError:
+                current = await self.store.get_operation(record.operation_id)
+                if current is None:
+                    return
+                record = current
         self.metrics.parked()
         log.warning("%s", reason)
 
@@ -325,7 +398,10 @@ class Executor:
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
     ) -> Operation:
         """A create-once revision naming this executor; of several claimers one wins."""
-        deadline = self.clock() + timedelta(seconds=definition.timeout_s) + self.grace
+        deadline = (
+            self.clock() + timedelta(seconds=definition.timeout_s) + self.lifecycle.start_allowance
+        )
+        await self.pause("claim:read")
         try:
             return await self.store.transition_operation(
                 record,
@@ -352,6 +428,11 @@ class Executor:
             executor=self.executor_id,
         )
         self.crash.reached(f"hands:before_start:{mode.value}")
+        watch = (
+            asyncio.create_task(self._watch_cancel(record.operation_id))
+            if mode is DispatchMode.RUN
+            else None
+        )
         try:
             return await self.sandbox.run(spec)
         except NotFound as error:  # e.g. the pinned image was removed from this host
@@ -360,6 +441,28 @@ class Executor:
                 container=container_name(record.operation_id, mode),
                 detail=f"{definition.image} ({definition.image_id}): {error.message}",
             )
+        except Refused as error:  # e.g. the name is held by a container that is not ours
+            return RunOutcome(
+                termination=Termination.SANDBOX_ERROR,
+                container=container_name(record.operation_id, mode),
+                detail=f"refused at run time: {error.message}",
+            )
+        finally:
+            if watch is not None:
+                await cancel_and_wait(watch)
+
+    async def _watch_cancel(self, operation_id: str) -> None:
+        """While a run is in flight here, stop it once the store records a cancellation
+        (the broadcast only makes this sooner)."""
+        while True:
+            await asyncio.sleep(self.cancel_poll.total_seconds())
+            try:
+                record = await self.store.get_operation(operation_id)
+                if record is not None and record.cancel:
+                    await self.sandbox.kill(operation_id)
+                    return
+            except BrainhandsError as error:
+                log.warning("%s: cannot look for a cancellation: %s", operation_id, error.message)
 
     async def _query(self, record: Operation, definition: ToolDefinition) -> OperationResult | None:
         """Run the query entry point; the found outcome as a result, or None."""
@@ -380,9 +483,19 @@ class Executor:
     async def _finish(
         self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
     ) -> OperationResult | None:
-        if await self._cancelled_meanwhile(record):
+        current = await self.store.get_operation(record.operation_id) or record
+        if current.status.is_final:
             return await self.store.get_operation_result(record.operation_id)
-        if outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN:
+        unknown = outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN
+        if current.cancel and (unknown or outcome.termination is Termination.CANCELLED):
+            await self.sandbox.remove(record.operation_id)
+            await self._park(
+                current,
+                f"attempt {current.attempts} was stopped while running ({current.cancel}); "
+                "whether its effect happened is unknown",
+            )
+            return None
+        if unknown:
             await self.sandbox.remove(record.operation_id)
             said = outcome.output.get("error") if isinstance(outcome.output, dict) else None
             why = f"attempt {record.attempts} reported its outcome unknown ({said or 'exit 75'})"
@@ -392,10 +505,6 @@ class Executor:
         settled = await self._settle(record, result)
         await self.sandbox.remove(record.operation_id)
         return settled
-
-    async def _cancelled_meanwhile(self, record: Operation) -> bool:
-        current = await self.store.get_operation(record.operation_id)
-        return current is not None and current.status is OperationStatus.CANCELLED
 
     async def _result(
         self, record: Operation, outcome: RunOutcome, path: str, *, output: Any = None
@@ -466,31 +575,49 @@ class Executor:
 
     async def reconcile(self) -> list[str]:
         """Reap: remove containers of settled operations; collect exited ones whose
-        executor died; kill ones far past their deadline. Returns what it touched."""
+        executor died; stop ones far past their deadline or whose cancellation is
+        recorded. Returns what it touched. One container's failure is logged and counted
+        (``loop_errors_total{loop="reaper"}``) and the others are still reaped."""
         touched: list[str] = []
         for run in await self.sandbox.owned():
-            result = await self.store.get_operation_result(run.operation_id)
-            overdue = run.deadline is not None and self.clock() > run.deadline + self.grace
-            if result is not None and run.state is RunState.EXITED:
-                await self.sandbox.remove(run.operation_id, run.mode)
-            elif result is not None:  # settled (e.g. cancelled) yet still running
-                await self.sandbox.kill(run.operation_id, run.mode)
-            elif run.mode is DispatchMode.RUN and (run.state is RunState.EXITED or overdue):
-                record = await self.store.get_operation(run.operation_id)
-                if record is None:
-                    continue
-                if overdue and run.state is not RunState.EXITED:
-                    await self.sandbox.kill(run.operation_id)
-                    continue
-                definition = await self._definition(record.tool, record.tool_version)
-                outcome = await self._sandboxed(record, definition, DispatchMode.RUN)
-                await self._finish(record, definition, outcome, "executed")
-            elif overdue:
-                await self.sandbox.kill(run.operation_id, run.mode)
-            else:
-                continue
-            touched.append(run.name)
+            try:
+                if await self._reap(run):
+                    touched.append(run.name)
+            except Exception:
+                self.metrics.loop_error("reaper")
+                log.exception("reaping %s failed; going on with the others", run.name)
         return touched
+
+    async def _reap(self, run: OwnedRun) -> bool:
+        if run.operation_id in self.inflight:
+            return False  # its handler here brings it home
+        result = await self.store.get_operation_result(run.operation_id)
+        margin = self.lifecycle.takeover_margin
+        overdue = run.deadline is not None and self.clock() > run.deadline + margin
+        if result is not None and run.state is RunState.EXITED:
+            await self.sandbox.remove(run.operation_id, run.mode)
+            return True
+        if result is not None:  # settled (e.g. cancelled) yet still running
+            await self.sandbox.kill(run.operation_id, run.mode)
+            return True
+        if run.mode is not DispatchMode.RUN:
+            if overdue:
+                await self.sandbox.kill(run.operation_id, run.mode)
+            return overdue
+        record = await self.store.get_operation(run.operation_id)
+        if record is None:
+            return False
+        stop = record.cancel is not None or overdue
+        if run.state is not RunState.EXITED and not stop:
+            return False
+        if run.state is not RunState.EXITED:
+            await self.sandbox.kill(run.operation_id)
+            if record.cancel is None:
+                return True  # overdue: the next delivery finds no container and recovers
+        definition = await self._definition(record.tool, record.tool_version)
+        outcome = await self._sandboxed(record, definition, DispatchMode.RUN)
+        await self._finish(record, definition, outcome, "executed")
+        return True
 
 
 _STATUS_OF = {Termination.CANCELLED.value: OperationStatus.CANCELLED}
@@ -515,17 +642,6 @@ def _error_of(record: Operation, outcome: RunOutcome) -> ErrorInfo:
         code="tool_failed" if outcome.termination is Termination.EXITED else outcome.termination,
         message=message,
         details={"termination": outcome.termination.value, "exit_code": outcome.exit_code},
-    )
-
-
-def _cancelled(record: Operation, reason: str | None, executor: str | None) -> OperationResult:
-    return OperationResult(
-        operation_id=record.operation_id,
-        session_id=record.session_id,
-        succeeded=False,
-        error=ErrorInfo(code="cancelled", message=reason or "cancelled"),
-        termination=Termination.CANCELLED.value,
-        executor=executor,
     )
 
 

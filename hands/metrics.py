@@ -14,6 +14,9 @@ metric                                     type       labels
 ``brainhands_hands_queue_ack_pending``     gauge      (delivered, not yet acked)
 ``brainhands_hands_containers_running``    gauge
 ``brainhands_hands_scrape_errors_total``   counter    ``source`` (``bus``, ``sandbox``)
+``brainhands_hands_refused_total``         counter    ``kind`` (``dispatch``, ``cancel``),
+                                                      ``reason``
+``brainhands_hands_loop_errors_total``     counter    ``loop`` (``reaper``, ``handle``...)
 =========================================  =========  =================================
 
 A gauge that could not be read is NaN for that scrape (never a stale number).
@@ -90,6 +93,21 @@ class HandsMetrics:
             registry=self.registry,
         )
 
+        self._refused = Counter(
+            "brainhands_hands_refused",
+            "Messages refused because the store holds nothing that backs them "
+            "(no committed intent, no recorded cancellation), by kind and reason",
+            ["kind", "reason"],
+            registry=self.registry,
+        )
+        self._loop_errors = Counter(
+            "brainhands_hands_loop_errors",
+            "Iterations of a long-running loop that failed and were skipped (the loop "
+            "goes on), by loop",
+            ["loop"],
+            registry=self.registry,
+        )
+
     # -- fed by the executor -----------------------------------------------------------
 
     def observe(self, result: OperationResult, seconds: float | None = None) -> None:
@@ -106,6 +124,20 @@ class HandsMetrics:
     def parked(self) -> None:
         """An operation this process left ``uncertain`` for an operator."""
         self._operations.labels("uncertain", NO_TERMINATION).inc()
+
+    def refused(self, kind: str, reason: str) -> None:
+        """A message the store does not back (a forged, stale or foreign one)."""
+        self._refused.labels(kind, reason).inc()
+
+    def refused_count(self, kind: str, reason: str) -> float:
+        return float(self._refused.labels(kind, reason)._value.get())
+
+    def loop_error(self, loop: str) -> None:
+        """One iteration of ``loop`` failed; it goes on."""
+        self._loop_errors.labels(loop).inc()
+
+    def loop_error_count(self, loop: str) -> float:
+        return float(self._loop_errors.labels(loop)._value.get())
 
     # -- read at scrape time -----------------------------------------------------------
 

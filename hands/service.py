@@ -4,8 +4,12 @@ Any number of instances share one durable pull consumer of the work-queue stream
 fetches only as many messages as it has free slots (admission control: a busy instance
 leaves work in the stream for others instead of overloading itself), keeps long runs
 alive with in-progress acks, and acks only once the operation's result is in the store.
-A message that exhausts its deliveries becomes a failed result with the reason (the
-server's max-deliveries advisory), never a silent drop. A consumer that stops answering
+Deliveries are unlimited, with a backoff (2 s doubling to 60 s): running out of
+deliveries never decides an outcome, and an outage of the engine, the store or NATS
+delays work without spending the operation's attempts (those are counted on its record).
+A dispatch the store does not back (no committed intent) is refused, counted and logged,
+and changes nothing. Any error handling one message is logged and counted
+(``loop_errors_total``) and the message comes back later. A consumer that stops answering
 (NATS away, or its stream lost with NATS's data) is bound again — the streams re-created
 first —, never given up. It also listens for cancellations and reaps containers it owns
 (on start and periodically).
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from datetime import timedelta
 from typing import Any
@@ -27,23 +30,25 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
-from contracts import BrainhandsError, ErrorInfo, OperationMismatch
+from contracts import BrainhandsError, OperationMismatch
 from contracts.model import Frozen
 from contracts.tool import Cancellation, Dispatch, ResultEvent
-from hands.executor import Busy, Duplicate, Executor, Publish
+from hands.executor import Busy, Duplicate, Executor, NotCommitted, Publish
 from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 CONSUMER = "hands"
-ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 
 
 class ConsumerSettings(Frozen):
     concurrency: int = 4
     ack_wait: timedelta = timedelta(seconds=30)
-    max_deliver: int = 5
+    #: -1: unlimited (running out of deliveries must never decide an outcome)
+    max_deliver: int = -1
     retry_delay: timedelta = timedelta(seconds=2)
+    #: the longest backoff between deliveries of one dispatch
+    max_retry_delay: timedelta = timedelta(seconds=60)
     reap_every: timedelta = timedelta(seconds=60)
     #: between attempts to bind the dispatch consumer (NATS away, stream missing)
     rebind_every: timedelta = timedelta(seconds=1)
@@ -73,8 +78,6 @@ class HandsService:
         """Consume until ``shutdown``."""
         pull = await self._consumer()
         self._subscriptions.append(pull)
-        advisory = ADVISORY.format(stream=self.bus.stream(DISPATCH_STREAM), consumer=CONSUMER)
-        self._subscriptions.append(await self.bus.listen_raw(advisory, self._on_exhausted))
         self._subscriptions.append(await self.bus.listen(CANCEL_SUBJECT, self._on_cancel))
         reaper = asyncio.create_task(self._reap_periodically())
         try:
@@ -177,6 +180,11 @@ class HandsService:
             return
         try:
             await self.executor.handle(dispatch)
+        except (NotCommitted, OperationMismatch) as refused:
+            self.executor.metrics.refused("dispatch", refused.code)
+            log.warning("%s: %s", dispatch.operation_id, refused.message)
+            await _settle_message(message.term())
+            return
         except Duplicate:
             await _settle_message(message.ack())  # the other delivery here brings it home
             return
@@ -184,18 +192,28 @@ class HandsService:
             log.info("%s: %s", dispatch.operation_id, busy.message)
             await _settle_message(message.nak(delay=self._retry_delay(busy)))
             return
-        except OperationMismatch as error:
-            log.error("%s: %s", dispatch.operation_id, error.message)
-            await _settle_message(message.term())
-            return
-        except BrainhandsError as error:
+        except BrainhandsError as error:  # e.g. the store or the engine away: later
             log.warning(
                 "%s: %s (%s); redelivering", dispatch.operation_id, error.message, error.code
             )
-            await _settle_message(message.nak(delay=self.settings.retry_delay.total_seconds()))
+            await _settle_message(message.nak(delay=self._backoff(message)))
+            return
+        except Exception:  # a bug, or input nothing expected: the loop goes on
+            self.executor.metrics.loop_error("handle")
+            log.exception("%s: handling failed; redelivering", dispatch.operation_id)
+            await _settle_message(message.nak(delay=self._backoff(message)))
             return
         self.executor.crash.reached("hands:before_ack")
         await _settle_message(message.ack())
+
+    def _backoff(self, message: Msg) -> float:
+        """``retry_delay`` doubling with each delivery, up to ``max_retry_delay``."""
+        try:
+            delivered = max(int(message.metadata.num_delivered or 1), 1)
+        except (nats.errors.Error, AttributeError, ValueError):
+            delivered = 1
+        delay = self.settings.retry_delay.total_seconds() * float(2 ** min(delivered - 1, 16))
+        return min(delay, self.settings.max_retry_delay.total_seconds())
 
     def _retry_delay(self, busy: Busy) -> float:
         delay = self.settings.retry_delay.total_seconds()
@@ -209,36 +227,13 @@ class HandsService:
             await asyncio.sleep(every)
             await _settle_message(message.in_progress())
 
-    async def _on_exhausted(self, advisory: Msg) -> None:
-        """A dispatch was delivered ``max_deliver`` times without an outcome: record it as
-        failed with the reason, so the waiting task learns instead of waiting forever."""
-        try:
-            sequence = int(json.loads(advisory.data)["stream_seq"])
-            raw = await self.bus.js.get_msg(self.bus.stream(DISPATCH_STREAM), sequence)
-            dispatch = Dispatch.model_validate_json(raw.data or b"")
-        except (KeyError, ValueError, ValidationError, nats.errors.Error) as error:
-            log.warning("max-deliveries advisory not usable: %s", error)
-            return
-        problem = ErrorInfo(
-            code="delivery_exhausted",
-            message=(
-                f"dispatch of {dispatch.operation_id} was delivered "
-                f"{self.settings.max_deliver} times without an outcome; giving up"
-            ),
-        )
-        try:
-            await self.executor.give_up(dispatch, problem)
-            await self.bus.js.delete_msg(self.bus.stream(DISPATCH_STREAM), sequence)
-        except (BrainhandsError, nats.errors.Error) as error:
-            log.warning("%s: could not record exhaustion: %s", dispatch.operation_id, error)
-
     async def _on_cancel(self, message: Msg) -> None:
         try:
             cancellation = Cancellation.model_validate_json(message.data)
         except ValidationError:
             return
         try:
-            await self.executor.cancel(cancellation.operation_id, cancellation.reason)
+            await self.executor.honour_cancel(cancellation.operation_id)
         except BrainhandsError as error:
             log.warning("cancel %s: %s", cancellation.operation_id, error.message)
 
@@ -249,7 +244,11 @@ class HandsService:
                 if touched:
                     log.info("reaped %d container(s): %s", len(touched), ", ".join(touched))
             except BrainhandsError as error:
+                self.executor.metrics.loop_error("reaper")
                 log.warning("reaping failed: %s", error.message)
+            except Exception:  # one bad pass never stops the reaper
+                self.executor.metrics.loop_error("reaper")
+                log.exception("reaping failed")
             await asyncio.sleep(self.settings.reap_every.total_seconds())
 
 

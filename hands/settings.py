@@ -38,7 +38,9 @@ class HandsSettings(Frozen):
     process_root: Path = Path(".hands/runs")
     concurrency: int = Field(default=4, ge=1, le=256)
     ack_wait: timedelta = timedelta(seconds=30)
-    max_deliver: int = Field(default=5, ge=1)
+    #: deliveries of one dispatch; -1 (the default): unlimited, with backoff — running
+    #: out of deliveries must never decide an operation's outcome
+    max_deliver: int = Field(default=-1, ge=-1)
     reap_every: timedelta = timedelta(seconds=60)
     #: HMAC key of the egress proxy's per-operation tokens: stable across restarts (a
     #: container that outlives its Hands keeps its proxy token), so by default kept in

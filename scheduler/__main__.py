@@ -27,7 +27,11 @@ def run(
     nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus/Redis prefix")] = "bh",
     reconcile_seconds: Annotated[
-        float, typer.Option(help="reconciler period; 0 turns it off")
+        float, typer.Option(help="period of the audit of every active session; 0: off")
+    ] = 600,
+    reissue_seconds: Annotated[
+        float,
+        typer.Option(help="an open intent is looked at (its dispatch re-issued) this often"),
     ] = 30,
 ) -> None:
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
@@ -37,7 +41,14 @@ def run(
         store_url=store, redis_url=redis_url, nats_url=nats, namespace=namespace
     )
     try:
-        asyncio.run(_serve(connections, SchedulerSettings(reconcile_every=every)))
+        asyncio.run(
+            _serve(
+                connections,
+                SchedulerSettings(
+                    reconcile_every=every, reissue_after=timedelta(seconds=reissue_seconds)
+                ),
+            )
+        )
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None

@@ -4,10 +4,17 @@
   event becomes a wake of its session, acked only after the wake is queued (a crash in
   between redelivers the event: a second wake is harmless).
 * **Timers.** Delayed wakes (sleeping tasks, retry backoff) become wake jobs when due.
-* **Reconciler.** On start and periodically, every active session of the store that no
-  Brain holds is woken: whatever Redis or NATS lost — a wake, an unpublished outbox
-  message (the drive relays it), a lease whose holder died — is found again from the
-  store.
+* **Attention.** Sessions a Brain left waiting on the Hands come due in the attention
+  set (``coordination.attention``); for each, the store's committed intents decide: a
+  dispatch nobody answered is published again from the intent (same ``Nats-Msg-Id``),
+  a result whose event was lost wakes the session, and the session is looked at again
+  while intents stay open. Losing all of NATS's data delays work and loses none; a pass
+  costs in proportion to the sessions that need attention.
+* **Audit.** On start, when Redis lost the attention set, and every ``reconcile_every``
+  (10 min), every active session of the store that no Brain holds is woken and every
+  session with open intents is put in the attention set: whatever Redis or NATS lost —
+  a wake, an unpublished outbox message (the drive relays it), a lease whose holder
+  died — is found again from the store.
 
 Several schedulers may run at once without double effects: they share one durable
 consumer (each result event goes to one of them), a due timer is popped atomically by
@@ -33,11 +40,11 @@ import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from bus import RESULTS_STREAM, Bus
+from bus import RESULTS_STREAM, Bus, dispatch_subject
 from bus.jetstream import RESULTS_SUBJECTS
-from contracts import BrainhandsError
+from contracts import BrainhandsError, OperationStatus
 from contracts.model import Frozen
-from contracts.tool import ResultEvent
+from contracts.tool import Dispatch, ResultEvent
 from coordination.protocols import LeaseStore
 from coordination.wakes import RQWakes
 from runtime.cancellation import cancel_and_wait
@@ -55,7 +62,12 @@ _TURN_SHARE = 0.9
 class SchedulerSettings(Frozen):
     #: due timers and lapsed leases are looked for this often
     timer_every: timedelta = timedelta(milliseconds=100)
-    reconcile_every: timedelta | None = timedelta(seconds=30)
+    #: the audit of every active session (also on start and when Redis lost data)
+    reconcile_every: timedelta | None = timedelta(minutes=10)
+    #: how often due sessions of the attention set are looked at (None: never)
+    attend_every: timedelta | None = timedelta(seconds=1)
+    #: an intent still open is looked at again (and its dispatch re-issued) this often
+    reissue_after: timedelta = timedelta(seconds=30)
     ack_wait: timedelta = timedelta(seconds=30)
     #: between attempts to bind the results consumer (NATS away, stream missing)
     rebind_every: timedelta = timedelta(seconds=1)
@@ -90,6 +102,11 @@ class Scheduler:
         self.woken: Counter[str] = Counter()
         #: reconciler passes this scheduler ran (not the ones it left to another's turn)
         self.passes = 0
+        #: dispatches published again from the store's intents
+        self.reissued = 0
+        #: result events refused: the store holds no such result
+        self.refused = 0
+        self._reissues: dict[str, int] = {}
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -101,6 +118,8 @@ class Scheduler:
             loops.append(self._results(self.bus))
         if self.settings.reconcile_every is not None:
             loops.append(self._reconciling(self.settings.reconcile_every))
+        if self.settings.attend_every is not None:
+            loops.append(self._attending(self.settings.attend_every))
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopping = asyncio.create_task(self._stopping.wait())
         try:
@@ -114,15 +133,86 @@ class Scheduler:
         self._stopping.set()
 
     async def reconcile(self) -> list[str]:
-        """Wake every active session no Brain holds; the sessions woken."""
+        """The audit: wake every active session no Brain holds, and put every session
+        with open intents in the attention set; the sessions woken."""
         woken = []
         async for session_id in self.store.active_sessions():
+            handle = await self.store.session(session_id)
+            if handle.state.intents:
+                await self.wakes.attention.watch(session_id, after=timedelta(0))
             if await self.leases.holder(session_id) is None:
                 await self.wakes.wake(session_id, reason="reconcile")
                 woken.append(session_id)
         self.passes += 1
         self.woken["reconcile"] += len(woken)
         return woken
+
+    async def attend(self) -> dict[str, int]:
+        """Look at the sessions due in the attention set (see the module docstring);
+        what was done, by kind: ``reissued``, ``announced``, ``outbox``."""
+        done: Counter[str] = Counter()
+        for session_id in await self.wakes.attention.take():
+            try:
+                done.update(await self._attend(session_id))
+            except BrainhandsError as error:  # look again later
+                log.warning("attention to %s failed: %s", session_id, error.message)
+                await self.wakes.attention.watch(session_id, after=self.settings.reissue_after)
+        self.reissued += done["reissued"]
+        return dict(done)
+
+    async def _attend(self, session_id: str) -> Counter[str]:
+        done: Counter[str] = Counter()
+        state = (await self.store.session(session_id)).state
+        wake = bool(state.outbox)  # committed, not relayed yet: the drive relays it
+        done["outbox"] += len(state.outbox)
+        open_intents = False
+        for operation_id, intent in state.intents.items():
+            if await self.store.get_operation_result(operation_id) is not None:
+                wake = True  # its result event may be lost: the drive applies it
+                done["announced"] += 1
+                self._reissues.pop(operation_id, None)
+                continue
+            open_intents = True
+            record = await self.store.get_operation(operation_id)
+            if record is not None and record.status is OperationStatus.UNCERTAIN:
+                continue  # an operator decides; the settle wakes the session
+            if self.bus is not None:
+                await self._reissue(intent.dispatch)
+                done["reissued"] += 1
+        if wake:
+            await self.wakes.wake(session_id, reason="attention")
+        if open_intents:
+            await self.wakes.attention.watch(session_id, after=self.settings.reissue_after)
+        return done
+
+    async def _reissue(self, dispatch: Dispatch) -> None:
+        """Publish the committed dispatch again: first with its own ``Nats-Msg-Id`` (the
+        server drops it while the original is still there), then — nobody took it — with
+        a fresh one, since the server's duplicate window can outlive a purged message.
+        Every copy is the same operation: the Hands act on the store, so copies never
+        run it twice."""
+        op = dispatch.operation_id
+        count = self._reissues.get(op, 0)
+        self._reissues[op] = count + 1
+        msg_id = op if count == 0 else f"{op}.reissue-{count}"
+        await self.bus.publish(dispatch_subject(dispatch.tool), dispatch, msg_id=msg_id)  # type: ignore[union-attr]
+
+    async def _attending(self, every: timedelta) -> None:
+        first = True
+        while True:
+            try:
+                lost = await self.wakes.attention.lost()
+                # on start the audit loop (if any) audits already
+                if lost and not (first and self.settings.reconcile_every is not None):
+                    log.info("the attention set is new or was lost: auditing the store")
+                    await self.reconcile()
+                done = await self.attend()
+                if done.get("reissued"):
+                    log.info("re-issued %d dispatch(es) from the store", done["reissued"])
+            except BrainhandsError as error:
+                log.warning("attention: %s", error.message)
+            first = False
+            await asyncio.sleep(every.total_seconds())
 
     async def _reconciling(self, every: timedelta) -> None:
         first = True
@@ -207,8 +297,18 @@ class Scheduler:
                 await message.term()
             return
         try:
+            if not await self._backed(event):
+                self.refused += 1
+                log.warning(
+                    "result event for %s (session %s) refused: the store holds no such result",
+                    event.operation_id,
+                    event.session_id,
+                )
+                with contextlib.suppress(nats.errors.Error):
+                    await message.term()
+                return
             await self.wakes.wake(event.session_id, reason=f"result {event.operation_id}")
-        except BrainhandsError as error:  # Redis away: the event comes back
+        except BrainhandsError as error:  # Redis or the store away: the event comes back
             log.warning("cannot wake %s yet: %s", event.session_id, error.message)
             with contextlib.suppress(nats.errors.Error):
                 await message.nak(delay=1)
@@ -216,6 +316,12 @@ class Scheduler:
         self.woken["result"] += 1
         with contextlib.suppress(nats.errors.Error):
             await message.ack()
+
+    async def _backed(self, event: ResultEvent) -> bool:
+        """Whether the store holds the result the event announces (the store decides:
+        a forged or foreign event wakes nobody)."""
+        result = await self.store.get_operation_result(event.operation_id)
+        return result is not None and result.session_id == event.session_id
 
     async def _consumer(self, bus: Bus) -> Any:
         config = ConsumerConfig(

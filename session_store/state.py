@@ -29,6 +29,7 @@ from contracts import (
     DocumentWrite,
     Entry,
     EntryKind,
+    Intent,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -36,6 +37,7 @@ from contracts import (
     Submission,
     Task,
     VersionMismatch,
+    args_digest,
 )
 
 
@@ -71,6 +73,9 @@ class SessionState(BaseModel):
     submissions: dict[str, Submission] = Field(default_factory=dict)
     outbox: dict[str, OutboxMessage] = Field(default_factory=dict)
     applied_operations: set[str] = Field(default_factory=set)
+    #: committed tool calls without an applied result, by operation id (the Hands run
+    #: only these; the scheduler re-issues them when their dispatch was lost)
+    intents: dict[str, Intent] = Field(default_factory=dict)
 
     # Counts of non-final tasks and submissions, kept by ``apply`` so that activity
     # checks cost O(commit), not O(session).
@@ -91,7 +96,7 @@ class SessionState(BaseModel):
     @property
     def is_active(self) -> bool:
         """True while anything is left to do: open tasks, open submissions, unsent outbox."""
-        return bool(self._open_tasks or self._open_submissions or self.outbox)
+        return bool(self._open_tasks or self._open_submissions or self.outbox or self.intents)
 
     def snapshot(self) -> SessionState:
         """A copy whose containers are independent of this state (records are frozen)."""
@@ -103,6 +108,7 @@ class SessionState(BaseModel):
                 "submissions": dict(self.submissions),
                 "outbox": dict(self.outbox),
                 "applied_operations": set(self.applied_operations),
+                "intents": dict(self.intents),
             }
         )
 
@@ -117,6 +123,7 @@ def check(state: SessionState, commit: Commit, *, fenced: bool) -> None:
     _check_revisions("submission", state.submissions, commit.submissions)
     _check_outbox(state, commit)
     _check_applied(state, commit)
+    _check_intents(state, commit)
 
 
 def apply(state: SessionState, record: CommitRecord) -> None:
@@ -147,6 +154,9 @@ def apply(state: SessionState, record: CommitRecord) -> None:
     for message in commit.outbox:
         state.outbox[message.id] = message
     state.applied_operations.update(commit.applied_operations)
+    for intent in commit.intents:
+        state.intents[intent.operation_id] = intent
+    _drop_intents(state, commit)
     if record.claim:
         state.holder = record.holder
     elif record.fence != state.fence:
@@ -214,6 +224,8 @@ def check_ingress(commit: Commit) -> None:
         problems.append("outbox messages")
     if commit.applied_operations:
         problems.append("applied operations")
+    if commit.intents:
+        problems.append("intents")
     if problems:
         raise InvalidInput(
             f"an unfenced commit (fence=None) may not contain {', '.join(problems)}; "
@@ -303,6 +315,36 @@ def _check_applied(state: SessionState, commit: Commit) -> None:
                 f"{state.session_id}; results enter a session once",
                 operation_id=operation_id,
             )
+
+
+def _check_intents(state: SessionState, commit: Commit) -> None:
+    for intent in commit.intents:
+        dispatch = intent.dispatch
+        if dispatch.session_id != state.session_id:
+            raise InvalidInput(
+                f"intent {intent.operation_id} names session {dispatch.session_id}, "
+                f"not {state.session_id}"
+            )
+        if intent.digest != args_digest(dispatch.args):
+            raise InvalidInput(f"intent {intent.operation_id}: digest does not match its args")
+        current = state.intents.get(intent.operation_id)
+        if current is not None and current != intent:
+            raise AlreadyExists(
+                f"operation {intent.operation_id} already has another committed intent",
+                operation_id=intent.operation_id,
+            )
+
+
+def _drop_intents(state: SessionState, commit: Commit) -> None:
+    """An intent ends when its result is applied or its task ends (a cancelled task's
+    queued dispatch then matches nothing and never runs)."""
+    for operation_id in commit.applied_operations:
+        state.intents.pop(operation_id, None)
+    ended = {task.id for task in commit.tasks if task.is_terminal}
+    if ended and state.intents:
+        for operation_id, intent in list(state.intents.items()):
+            if intent.task_id in ended:
+                del state.intents[operation_id]
 
 
 def _write_document(current: Document | None, write: DocumentWrite, at: datetime) -> Document:

@@ -14,6 +14,7 @@ from contracts import (
     INLINE_RESULT_BYTES,
     BlobRef,
     Identifier,
+    Intent,
     InvalidInput,
     Operation,
     OperationResult,
@@ -106,6 +107,12 @@ class SessionStore:
         if behind and not self.read_only:
             handle.schedule_baseline()
         return handle
+
+    async def intent(self, session_id: str, operation_id: str) -> Intent | None:
+        """The committed intent of ``operation_id`` in the session's log (its current
+        state: None once the result is applied or the task ended, or if never committed)."""
+        handle = await self.session(session_id)
+        return handle.state.intents.get(operation_id)
 
     async def active_sessions(self) -> AsyncGenerator[str, None]:
         """Sessions that may have work left; a hint list for the reconciler."""

@@ -76,6 +76,8 @@ class OperationSummary(Frozen):
     reason: str | None = None
     decided_by: str | None = None
     decision: str | None = None
+    #: a recorded request to stop it (its reason, who asked)
+    cancel: str | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -33,6 +33,7 @@ from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
+from tests.support.intents import commit_intent
 from tests.support.kernel import kind
 from tests.support.toolpath import (
     brain_services,
@@ -213,6 +214,7 @@ async def test_the_same_dispatch_delivered_three_times_to_two_hands_runs_once(
         args={"sleep": 1.0},
         replay=ReplayPolicy.UNSAFE,
     )
+    await commit_intent(scene.store, dispatch)
     topic = dispatch_subject("act")
     hands = [scene.hands("hands-a"), scene.hands("hands-b")]
     try:

@@ -19,6 +19,7 @@ from hands.registry import register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, open_store
 from tests.support.images import tool_images
+from tests.support.intents import CommittingExecutor
 from tests.support.sandboxed import DOCKER
 
 pytestmark = [pytest.mark.docker, pytest.mark.sqlite]
@@ -48,7 +49,9 @@ def executor(store: SessionStore, sandbox: DockerSandbox, events: list[ResultEve
     async def publish(event: ResultEvent) -> None:
         events.append(event)
 
-    return Executor(store=store, sandbox=sandbox, publish=publish, executor_id="hands-docker")
+    return CommittingExecutor(
+        store=store, sandbox=sandbox, publish=publish, executor_id="hands-docker"
+    )
 
 
 def dispatch(tool: str, args: object, op: str = "op-docker-1") -> Dispatch:

@@ -6,6 +6,7 @@ runs on each store backend (SQLite, S3, DynamoDB: the ``location`` fixture)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import nats.js.errors
@@ -21,13 +23,13 @@ import pytest
 import redis.asyncio
 
 from brain.context import PhaseContext
-from brain.outcome import Done, Effects, PhaseOutcome
+from brain.outcome import Done, Effects, PhaseOutcome, Sleep
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
-from bus import RESULTS_STREAM, Bus
-from contracts import SubmissionStatus
+from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus
+from contracts import SubmissionStatus, TaskStatus, utcnow
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
 from hands.sandbox.process import ProcessSandbox
@@ -70,7 +72,12 @@ async def system(
     *,
     reconcile_every: timedelta | None = None,
     redis_db: int | None = None,
+    hands: bool = True,
+    watch_after: timedelta = timedelta(seconds=30),
+    **settings: Any,
 ) -> AsyncIterator[System]:
+    """``settings``: more ``SchedulerSettings`` (those this version has); ``hands``:
+    False to start the Hands in the test itself."""
     url = require("BH_REDIS_URL", "Redis")
     if redis_db is not None:
         url = on_db(url, redis_db)
@@ -91,6 +98,7 @@ async def system(
             redis_url=url,
             concurrency=2,
             lease_ttl=timedelta(seconds=3),
+            **_known(BrainService.__init__, watch_after=watch_after),
         )
         scheduler = Scheduler(
             store=store,
@@ -98,12 +106,18 @@ async def system(
             wakes=wakes,
             leases=leases,
             # off by default: only result events wake
-            settings=SchedulerSettings(reconcile_every=reconcile_every),
+            settings=SchedulerSettings(
+                reconcile_every=reconcile_every,
+                **{k: v for k, v in settings.items() if k in SchedulerSettings.model_fields},
+            ),
         )
         tasks = [asyncio.create_task(brain.run()), asyncio.create_task(scheduler.run())]
         try:
-            async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+            if not hands:
                 yield System(store, SessionClient(store), wakes, bus, ledger, brain)
+            else:
+                async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+                    yield System(store, SessionClient(store), wakes, bus, ledger, brain)
         finally:
             await scheduler.shutdown()
             await brain.shutdown()
@@ -182,6 +196,11 @@ async def test_shutdown_ends_the_scheduler_whichever_redis_call_its_loops_are_in
         wakes.close()
         await client.aclose()
         await location.close_all()
+
+
+def _known(function: Any, **wanted: Any) -> dict[str, Any]:
+    """The keyword arguments ``function`` takes, of ``wanted``."""
+    return {k: v for k, v in wanted.items() if k in inspect.signature(function).parameters}
 
 
 def on_db(url: str, db: int) -> str:
@@ -282,3 +301,84 @@ async def _consumer_exists(bus: Bus) -> bool:
     except nats.js.errors.NotFoundError:
         return False
     return True
+
+
+@pytest.mark.sqlite
+async def test_losing_both_streams_mid_run_delays_work_and_loses_none(
+    tmp_path: Path, sqlite_only: StoreLocation
+) -> None:
+    """Issue 13, defect 7: the dispatch is lost after the relay recorded it sent (the
+    dispatch stream purged before any Hands took it), later the result event too (the
+    results stream purged). The store is the source of truth for what must run: the
+    scheduler re-issues the dispatch from the committed intent and, the event lost,
+    wakes the session from the stored result."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    async with system(
+        tmp_path,
+        sqlite_only,
+        registry,
+        hands=False,
+        watch_after=timedelta(seconds=0.5),
+        attend_every=timedelta(seconds=0.2),
+        reissue_after=timedelta(seconds=1),
+    ) as s:
+        await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.1}})
+        await s.wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _relayed(s.store, "s1"), within=20)
+        await s.bus.js.purge_stream(s.bus.stream(DISPATCH_STREAM))
+        await s.bus.js.purge_stream(s.bus.stream(RESULTS_STREAM))
+        async with running_hands(s.store, ProcessSandbox(tmp_path / "runs"), s.bus):
+            await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=30)
+    assert len(runs(s.ledger)) == 1
+
+
+async def _relayed(store: SessionStore, session_id: str) -> bool:
+    state = (await store.session(session_id)).state
+    waiting = any(t.wait and t.wait.operations for t in state.tasks.values())
+    return waiting and not state.outbox
+
+
+async def _sleep_a_day(ctx: PhaseContext) -> PhaseOutcome:
+    return Sleep(until=utcnow() + timedelta(days=1), next_phase="done")
+
+
+async def _done(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result="slept")
+
+
+@pytest.mark.sqlite
+async def test_only_sessions_waiting_on_the_hands_need_attention(
+    tmp_path: Path, sqlite_only: StoreLocation
+) -> None:
+    """Issue 13, defect 11 (the reconciler's part): a pass of the attention set costs in
+    proportion to the sessions that need it. A session sleeping for a day, or idle,
+    is not in it, and an attention pass neither reads it nor writes to it; the audit of
+    every active session runs every 10 min, not every 30 s."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    registry.add(kind("sleeper", {"start": _sleep_a_day, "done": _done}))
+    async with system(tmp_path, sqlite_only, registry, hands=False, watch_after=timedelta(0)) as s:
+        await s.client.submit("asleep", "r1", {"task": {"kind": "sleeper"}})
+        await s.client.submit("waiting", "r1", {"task": {"kind": "caller", "input": 0.1}})
+        for session_id in ("asleep", "waiting"):
+            await s.wakes.wake(session_id, reason="submission")
+        await assert_eventually(lambda: _relayed(s.store, "waiting"), within=20)
+        await assert_eventually(lambda: _sleeping(s.store, "asleep"), within=20)
+        await assert_eventually(lambda: _attention(s.wakes, "waiting"), within=10)
+        before = (await s.store.session("asleep")).seq
+        scheduler = Scheduler(store=s.store, bus=None, wakes=s.wakes, leases=s.brain.leases)
+        assert "asleep" not in await s.wakes.attention.take()
+        assert (await s.store.session("asleep")).seq == before
+    assert SchedulerSettings().reconcile_every == timedelta(minutes=10)
+    assert scheduler.passes == 0
+
+
+async def _sleeping(store: SessionStore, session_id: str) -> bool:
+    state = (await store.session(session_id)).state
+    return any(t.status is TaskStatus.SLEEPING for t in state.tasks.values())
+
+
+async def _attention(wakes: RQWakes, session_id: str) -> bool:
+    due = await wakes.attention.take()
+    return session_id in due

@@ -15,6 +15,7 @@ from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.tools import LocalDispatcher
+from bus import DISPATCH_STREAM, Bus
 from contracts import (
     CommitRecord,
     Operation,
@@ -105,14 +106,51 @@ async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
             await assert_eventually(lambda: _running(sandbox, op), within=20)
             await client.cancel("s1", request_id="r1", reason="not needed any more")
             await runner.drive("s1")  # settles the task; its outbox asks the Hands to stop
-            await assert_eventually(lambda: _has_result(store, op), within=20)
-    result = await store.get_operation_result(op)
-    assert result is not None and result.termination == "cancelled"
-    assert result.error is not None and "not needed any more" in result.error.message
+            await assert_eventually(lambda: _parked(store, op), within=20)
+    # it had started: whether its effect happened is unknown, and the record says so
+    record = await store.get_operation(op)
+    assert record is not None and record.cancel is not None
+    assert "not needed any more" in record.cancel
+    assert await store.get_operation_result(op) is None
     assert await sandbox.state(op) is None and runs(ledger) == []
     handle = await store.session("s1")
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.outcome is Outcome.CANCELLED
+
+
+async def test_cancelling_a_task_whose_dispatch_is_queued_means_it_never_runs(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """Defect 4 of issue 13: the cancellation is recorded in the store before anyone is
+    told, so the dispatch still queued (no Hands listening yet) never starts."""
+    ledger = tmp_path / "ledger"
+    store, tools = await sandboxed_act(location, ledger)
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    sandbox = ProcessSandbox(tmp_path / "runs")
+    client = SessionClient(store)
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        await client.submit("s1", "r1", {"task": {"kind": "caller", "input": "hi"}})
+        (op,) = (await runner.drive("s1")).awaiting  # dispatched; no Hands yet
+        await client.cancel("s1", request_id="r1", reason="not needed any more")
+        await runner.drive("s1")  # settles the task; nobody hears the broadcast
+        async with running_hands(store, sandbox, bus):
+            await assert_eventually(lambda: _has_result(store, op), within=20)
+            await assert_eventually(lambda: _queue_empty(bus), within=20)
+    result = await store.get_operation_result(op)
+    assert result is not None and result.termination == "cancelled", result
+    assert runs(ledger) == []
+
+
+async def _parked(store: SessionStore, op: str) -> bool:
+    record = await store.get_operation(op)
+    return record is not None and record.status is OperationStatus.UNCERTAIN
+
+
+async def _queue_empty(bus: Bus) -> bool:
+    info = await bus.js.stream_info(bus.stream(DISPATCH_STREAM))
+    return info.state.messages == 0
 
 
 async def sandboxed_act(

@@ -127,7 +127,7 @@ def brain_services(
         crash=crash,
         clock=utcnow,
         runner_id=runner_id,
-        relay=OutboxRelay(bus, crash),
+        relay=OutboxRelay(bus, crash, store),
     )
 
 

@@ -22,7 +22,10 @@ from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, Too
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
 from hands.sandbox import RunSpec
 from hands.sandbox.process import ProcessSandbox
+from lifecycle.decision import LifecycleSettings
 from session_store import SessionStore, open_store
+from tests.support.eventually import assert_eventually
+from tests.support.intents import CommittingExecutor
 
 pytestmark = pytest.mark.sqlite
 
@@ -71,7 +74,9 @@ class Hands:
         async def publish(event: ResultEvent) -> None:
             self.events.append(event)
 
-        return Executor(store=self.store, sandbox=self.sandbox, publish=publish, executor_id=name)
+        return CommittingExecutor(
+            store=self.store, sandbox=self.sandbox, publish=publish, executor_id=name
+        )
 
     def runs(self) -> list[str]:
         return self.ledger.read_text().split() if self.ledger.exists() else []
@@ -223,7 +228,8 @@ async def test_a_claim_without_a_container_is_waited_for_until_its_deadline(
     claimed = await hands.executor("other")._claim(record, definition, new_attempt=True)
     with pytest.raises(Busy) as busy:
         await hands.executor().handle(dispatch("unsafe"))
-    assert busy.value.until == claimed.deadline
+    assert claimed.deadline is not None
+    assert busy.value.until == claimed.deadline + LifecycleSettings().takeover_margin
     current = await hands.store.get_operation("op-1")
     assert current == claimed and hands.runs() == []
 
@@ -313,20 +319,35 @@ async def test_a_stale_executor_cannot_overwrite_a_result(hands: Hands) -> None:
     assert await hands.store.get_operation_result("op-1") == result
 
 
-async def test_cancel_kills_the_run_and_records_cancelled(hands: Hands) -> None:
-    d = dispatch(sleep=30)
-    record = await hands.executor()._record(d)
-    definition = await hands.store.tools.get("safe", 1)
-    assert definition is not None
-    claimed = await hands.executor()._claim(record, definition, new_attempt=True)
-    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
-    hands.sandbox._start(spec, hands.sandbox.root / "bh-op-1")
-    result = await hands.executor("api").cancel("op-1", "the user changed their mind")
-    assert result is not None and result.termination == "cancelled"
+async def test_a_cancel_stops_a_running_run_and_leaves_its_outcome_unknown(
+    hands: Hands,
+) -> None:
+    """The claim won: the run started. The cancel is recorded, the run is stopped, and
+    the record says what is known: the effect may or may not have happened."""
+    running = asyncio.create_task(hands.executor().handle(dispatch(sleep=30)))
+    await assert_eventually(lambda: _running_here(hands, "op-1"), within=10)
+    assert await hands.executor("api").cancel("op-1", "the user changed their mind") is None
+    assert await asyncio.wait_for(running, 10) is None
     assert await hands.sandbox.state("op-1") is None
     final = await hands.store.get_operation("op-1")
+    assert final is not None and final.status is OperationStatus.UNCERTAIN, final
+    assert final.cancel is not None and "stopped while running" in (final.reason or "")
+    assert await hands.store.get_operation_result("op-1") is None
+
+
+async def test_a_cancel_before_the_claim_means_the_run_never_starts(hands: Hands) -> None:
+    d = dispatch()
+    await hands.executor()._record(d)
+    result = await hands.executor("api").cancel("op-1", "not wanted")
+    assert result is not None and result.termination == "cancelled"
+    again = await hands.executor().handle(d)  # the queued dispatch arrives later
+    assert again == result and hands.runs() == []
+    final = await hands.store.get_operation("op-1")
     assert final is not None and final.status is OperationStatus.CANCELLED
-    assert claimed.attempts == 1 and hands.runs() == []
+
+
+async def _running_here(hands: Hands, op: str) -> bool:
+    return await hands.sandbox.state(op) is not None
 
 
 async def test_verify_records_what_the_query_found(hands: Hands) -> None:

@@ -30,6 +30,7 @@ from contracts import (
     ReplayPolicy,
     TaskStatus,
 )
+from lifecycle.decision import LifecycleSettings
 from tests.support.kernel import Kernel, cancel_during_call, kernel, kind, mail_kind
 
 ECHO = ToolSpec(name="echo", replay=ReplayPolicy.SAFE)
@@ -225,8 +226,11 @@ async def test_an_outcome_that_stays_unknown_is_retried_a_bounded_number_of_time
         await k.submit_task("ping")
         await asyncio.wait_for(k.run(), 20)
         task = await k.task("root.r1")
-        assert task.outcome is Outcome.FAILED and task.error is not None
-        assert task.error.code == "attempts_exhausted"
-        assert len(calls) == 6, "each of 3 phase attempts runs it, then recovers once"
+        # the lifecycle's attempt limit (3, shared with the Hands): then an operator
+        # decides, and the task waits on the parked operation
+        assert len(calls) == LifecycleSettings().max_attempts
         (operation,) = await k.store.list_operations("s1")
-        assert operation.attempts == 6 and operation.status is OperationStatus.RUNNING
+        assert operation.attempts == 3 and operation.status is OperationStatus.UNCERTAIN
+        assert "3 attempts made" in (operation.reason or "")
+        assert task.status is TaskStatus.WAITING and task.wait is not None
+        assert task.parked is not None

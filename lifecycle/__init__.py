@@ -1,0 +1,1 @@
+"""The operation lifecycle shared by the Brain's in-process calls and the Hands."""
