@@ -11,17 +11,25 @@ from pydantic import JsonValue
 from brain.operations import Operations, Performed
 from brain.services import Services
 from contracts import Document, Entry, Operation, Task
+from coordination.leases import LeaseProof
 from session_store import SessionHandle
 
 
 class PhaseContext:
     """Handed to a phase handler. Reading is free; all writing goes through the outcome."""
 
-    def __init__(self, task: Task, handle: SessionHandle, services: Services) -> None:
+    def __init__(
+        self,
+        task: Task,
+        handle: SessionHandle,
+        services: Services,
+        *,
+        lease: LeaseProof | None = None,
+    ) -> None:
         self.task = task
         self._handle = handle
         self.services = services
-        self._operations = Operations(services, handle.session_id, task)
+        self._operations = Operations(services, handle.session_id, task, lease=lease)
 
     @property
     def session_id(self) -> str:

@@ -1,11 +1,17 @@
-"""One drive of one session: claim, then plan, commit and run phases until nothing moves.
+"""One drive of one session: look, claim, then plan, commit and run phases until nothing
+moves.
 
-Each pass plans (``brain.planner``), commits its decisions together with the intents of
+A drive first plans read-only: a session with nothing to do (it sleeps, or waits on
+results that are not in) is left as it is — no claim, no commit — so an idle session's
+log does not grow however often it is woken. Only then does it claim the session. Each
+pass plans (``brain.planner``), commits its decisions together with the intents of
 the phases about to run (intent before action), and launches those phases; each phase's
 outcome is committed atomically the moment it returns (``brain.decide``). Commits go
 through one lock and are rebuilt from the newest state after a lost seq race. An
 outcome the store refuses — it contradicts the session, or is too large — fails that
-task with the reason and never disturbs its siblings; a newer fence ends the drive.
+task with the reason and never disturbs its siblings; a newer fence ends the drive, and
+so does a lease this process can no longer prove (``LeaseProof``), checked before every
+phase start and tool call.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from brain import decide, planner
@@ -42,6 +48,7 @@ from contracts import (
     TaskStatus,
 )
 from contracts.tool import Cancellation
+from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from session_store import SessionHandle
 
@@ -55,12 +62,29 @@ _REBASES = 8
 # large): deciding again from a reloaded state gives the same answer.
 REFUSALS = (Refused, InvalidInput, NotFound)
 
+#: whether a Brain incarnation (a runner id) is alive
+HolderAlive = Callable[[str], Awaitable[bool]]
+
 
 class Drive:
-    def __init__(self, runner: SessionRunner, handle: SessionHandle) -> None:
+    def __init__(
+        self,
+        runner: SessionRunner,
+        handle: SessionHandle,
+        *,
+        lease: LeaseProof | None = None,
+        holder_alive: HolderAlive | None = None,
+    ) -> None:
         self.runner = runner
         self.handle = handle
         self.services = runner.services
+        self.lease = lease
+        self._holder_alive = holder_alive
+        #: who claimed the session before this drive: it started any interrupted phase
+        self.previous_holder = handle.holder
+        self._previous_alive: bool | None = None
+        #: the facts of the read-only look, used by the first planning pass
+        self._looked: planner.Facts | None = None
         self.fence = 0
         self.commits = 0
         self.phases = 0
@@ -79,12 +103,21 @@ class Drive:
         self.uncertain: dict[str, str] = {}
 
     async def run(self, fence: int | None) -> bool:
-        """Drive until nothing can move; False when a newer holder fenced this one out."""
+        """Drive until nothing can move; False when a newer holder fenced this one out or
+        this process can no longer prove its lease."""
         try:
+            if await self._idle():
+                self.fence = self.handle.fence if fence is None else fence
+                return True  # nothing to do: nothing written, not even a claim
             await self._claim(fence)
             await self._loop()
         except FencedError as error:
             log.warning("session %s: fenced out: %s", self.handle.session_id, error.message)
+            return False
+        except LeaseLost as error:
+            if self.lease is None:  # embedded: contested claims are the caller's to see
+                raise
+            log.warning("session %s: drive abandoned: %s", self.handle.session_id, error.message)
             return False
         finally:
             await self._stop_all()
@@ -111,6 +144,19 @@ class Drive:
             if not done:
                 async with self.lock:  # news from other writers: submissions, cancels
                     await self.handle.refresh()
+
+    async def _idle(self) -> bool:
+        """Whether a planning pass would change nothing (read-only: commits nothing)."""
+        if self.handle.state.outbox and self.services.relay is not None:
+            return False
+        facts = self._looked = await self._facts()
+        builder = CommitBuilder(self.handle.state, self.services.clock())
+        self._plan_into(builder, facts, [])
+        return builder.build().is_empty
+
+    def _prove(self, action: str) -> None:
+        if self.lease is not None:
+            self.lease.prove(action)
 
     async def _claim(self, fence: int | None) -> None:
         holder = self.services.runner_id
@@ -141,25 +187,30 @@ class Drive:
 
     async def _advance(self) -> bool:
         """Plan, commit the decisions and phase intents in one commit, launch the phases."""
-        facts = await self._facts()
+        facts, self._looked = self._looked or await self._facts(), None
         launch: list[str] = []
 
         def build(b: CommitBuilder) -> None:
-            launch.clear()
-            ingest(b, root_kind=self.runner.root_kind, refused=self.refused)
-            self.plan = planner.plan(
-                b.state_view(),
-                self.runner.registry,
-                dataclasses.replace(facts, now=b.now),
-                running_here=self.inflight.keys(),
-            )
-            for step in self.plan.steps:
-                self._apply(b, step, launch)
+            self._plan_into(b, facts, launch)
 
         committed = await self._commit_decisions(build)
+        if launch:
+            self._prove(f"starting {len(launch)} phase(s)")
         for task_id in launch:
             self.inflight[task_id] = asyncio.create_task(self._phases(task_id))
         return committed
+
+    def _plan_into(self, b: CommitBuilder, facts: planner.Facts, launch: list[str]) -> None:
+        launch.clear()
+        ingest(b, root_kind=self.runner.root_kind, refused=self.refused)
+        self.plan = planner.plan(
+            b.state_view(),
+            self.runner.registry,
+            dataclasses.replace(facts, now=b.now),
+            running_here=self.inflight.keys(),
+        )
+        for step in self.plan.steps:
+            self._apply(b, step, launch)
 
     async def _commit_decisions(self, build: Callable[[CommitBuilder], None]) -> bool:
         """Commit a planning pass; a submission whose root task the store refuses (its id
@@ -199,6 +250,14 @@ class Drive:
                 code="restart_limit",
                 message=f"phase {task.phase!r} crashed its executor {crashes} times",
                 details={"phase": task.phase, "crashes": crashes, "attempts": task.attempts},
+            )
+            decide.fail(b, task.id, error, runner_id=runner_id)
+        elif step.kind == "fail_interrupted":
+            error = ErrorInfo(
+                code="attempt_limit",
+                message=f"phase {task.phase!r} was started {task.attempts} times without an "
+                "outcome (its holder lost the session each time)",
+                details={"phase": task.phase, "attempts": task.attempts},
             )
             decide.fail(b, task.id, error, runner_id=runner_id)
         elif step.kind == "fail_fast":
@@ -305,11 +364,13 @@ class Drive:
 
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         handler = kind.phases[task.phase]
-        context = PhaseContext(task, self.handle, self.services)
+        context = PhaseContext(task, self.handle, self.services, lease=self.lease)
         running = asyncio.ensure_future(handler(context))
         self.handlers[task.id] = running
         try:
             return await running
+        except LeaseLost:
+            raise  # this process can no longer prove its lease: decide nothing
         except asyncio.CancelledError:
             if not running.cancelled() or task.id not in self.stopped:
                 raise  # the drive is abandoned (lease lost, shutdown): decide nothing
@@ -367,6 +428,7 @@ class Drive:
         pending = list(self.handle.state.outbox.values())
         if relay is None or not pending:
             return
+        self._prove(f"publishing {len(pending)} outbox message(s)")
         try:
             sent = await relay.publish(pending)
         except StoreUnavailable as error:  # the bus is away: the outbox keeps them
@@ -430,8 +492,34 @@ class Drive:
             if found is not None:
                 archived[task_id] = found
         return planner.Facts(
-            now=self.services.clock(), settled_operations=settled, archived_tasks=archived
+            now=self.services.clock(),
+            settled_operations=settled,
+            archived_tasks=archived,
+            holder_alive=await self._interrupted_by_live_holder(),
         )
+
+    async def _interrupted_by_live_holder(self) -> bool:
+        """Whether the phases running in the store but not here were interrupted while
+        their holder lives (it lost the lease: not a crash). Without evidence, or when the
+        holder is gone, they crashed."""
+        state = self.handle.state
+        interrupted = any(
+            t.status is TaskStatus.RUNNING and t.id not in self.inflight
+            for t in state.tasks.values()
+        )
+        holder = self.previous_holder
+        if not interrupted or holder is None or self._holder_alive is None:
+            return False
+        if self._previous_alive is None:  # asked once per drive: it may take a while
+            self._previous_alive = await self._holder_alive(holder)
+            if self._previous_alive:
+                log.info(
+                    "session %s: previous holder %s is alive; its interrupted phases lost "
+                    "their lease and did not crash",
+                    self.handle.session_id,
+                    holder,
+                )
+        return self._previous_alive
 
     async def _uncertain(self, operations: set[str]) -> dict[str, str]:
         """Awaited operations their executor (the Hands) parked: an operator decides."""

@@ -14,9 +14,12 @@ with a query: ask (found: ``verified``; not found: run); unsafe without a query,
 ``max_attempts`` made: park as uncertain (``OperationParked``) until an operator decides.
 
 Every new attempt is a create-once revision of the record, so of several would-be
-executors exactly one runs it. Results are written once, with the session they belong
-to; reuse requires the same session, task, tool and frozen arguments, and a mismatch is
-refused (``OperationMismatch``).
+executors exactly one runs it. Under a lease (a Brain service), the drive's lease is
+proven before an attempt is recorded, and the lease and the attempt's deadline (on
+this host's monotonic clock) are proven again immediately before the request leaves;
+otherwise the attempt is abandoned unsent (``docs/leases.md``). Results are written
+once, with the session they belong to; reuse requires the same session, task, tool and
+frozen arguments, and a mismatch is refused (``OperationMismatch``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from datetime import datetime
 from typing import Any, Literal
 
@@ -50,6 +54,7 @@ from contracts import (
 )
 from contracts.model import Frozen
 from contracts.tool import Dispatch
+from coordination.leases import LeaseProof
 from lifecycle.cancellation import write_cancelled
 from lifecycle.decision import Decision, Evidence, Policy, Step, decide
 from runtime.incarnation import ProcessState, process_state
@@ -123,12 +128,39 @@ class RecoveryPending(BrainhandsError):
 class Operations:
     """The operations of one phase run of one task."""
 
-    def __init__(self, services: Services, session_id: str, task: Task) -> None:
+    def __init__(
+        self, services: Services, session_id: str, task: Task, *, lease: LeaseProof | None = None
+    ) -> None:
         self._services = services
         self._session_id = session_id
         self._task = task
         #: the operation whose call was running when the phase was cancelled, if any
         self.cancelled: Operation | None = None
+        # -- lease and deadline proofs (defect 20 of issue 13) --
+        self._lease = lease
+        #: attempts this phase run recorded: operation id -> deadline, monotonic seconds
+        self._deadlines: dict[str, float] = {}
+
+    def _prove_start(self, op_id: str, spec: ToolSpec) -> None:
+        """Before an attempt is recorded: the lease is provably held; the attempt's
+        deadline is counted from now on this host's monotonic clock."""
+        if self._lease is not None:
+            self._lease.prove(f"attempt of operation {op_id} ({spec.name})")
+        self._deadlines[op_id] = time.monotonic() + spec.timeout.total_seconds()
+
+    def _prove_send(self, op_id: str, spec: ToolSpec) -> None:
+        """Immediately before the request leaves: the lease is still provably held and
+        the attempt's deadline has not passed; otherwise it is abandoned unsent."""
+        if self._lease is not None:
+            self._lease.prove(f"request of operation {op_id} ({spec.name})")
+        deadline = self._deadlines.get(op_id)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise RecoveryPending(
+                f"operation {op_id} ({spec.name}) was not sent: its attempt's deadline "
+                "passed before the request could leave (this process was paused)"
+            )
+
+    # -- end of the proofs --
 
     def id_for(self, key: str) -> str:
         return operation_id(self._session_id, self._task.id, key)
@@ -265,6 +297,7 @@ class Operations:
 
     async def _first_attempt(self, op_id: str, spec: ToolSpec, args: JsonValue) -> Operation:
         """Record the operation with attempt 1 before it starts (intent before action)."""
+        self._prove_start(op_id, spec)
         operation = Operation(
             operation_id=op_id,
             session_id=self._session_id,
@@ -284,6 +317,7 @@ class Operations:
     async def _next_attempt(self, record: Operation, spec: ToolSpec) -> Operation:
         """Record attempt n+1 before it starts; of several would-be executors exactly one
         wins it."""
+        self._prove_start(record.operation_id, spec)
         try:
             return await self._services.store.transition_operation(
                 record,
@@ -317,6 +351,7 @@ class Operations:
         try:
             remaining = (record.deadline or services.clock()) - services.clock()
             async with asyncio.timeout(max(0.0, remaining.total_seconds())):
+                self._prove_send(op_id, spec)
                 output = await services.tools.run(spec.name, args, operation_id=op_id)
         except TimeoutError:
             raise OutcomeUnknown(

@@ -20,6 +20,7 @@ StepKind = Literal[
     "enter",  # a wait or sleep is over: run the next phase
     "migrate",  # bring the task to a version this Brain runs, then plan again
     "fail_crashed",  # the phase crashed its executor too often (restart limit)
+    "fail_interrupted",  # the phase was started too often without an outcome (attempt limit)
     "fail_fast",  # a task it waits on failed under failFast
     "finish",  # completing, and everything it owns has settled
     "cancel",  # cancellation requested and nothing is running: settle as cancelled
@@ -49,11 +50,13 @@ class Plan:
 @dataclass(frozen=True)
 class Facts:
     """What planning needs besides the state: the time, which awaited operations have a
-    result, and awaited tasks that already left the state for the archive."""
+    result, awaited tasks that already left the state for the archive, and whether the
+    holder that started the interrupted phases is alive (it lost its lease: no crash)."""
 
     now: datetime
     settled_operations: Collection[str] = frozenset()
     archived_tasks: Mapping[str, Task] = field(default_factory=dict)
+    holder_alive: bool = False
 
 
 def plan(
@@ -99,10 +102,17 @@ def _pending(
     return Step("start", task.id)
 
 
-def _interrupted(task: Task, resolution: Resolution, *_: object) -> Step | None:
-    # Running in the store but not here: the start left no outcome, its process died
-    # (or lost the session). That is one more crash of this phase.
+def _interrupted(
+    task: Task, resolution: Resolution, _s: SessionState, facts: Facts, _p: Plan
+) -> Step | None:
+    # Running in the store but not here: the start left no outcome. If its holder is
+    # alive it only lost the session (a pause, a blip, a FLUSHALL): start again, within
+    # the kind's attempt limit. Otherwise its process died: one more crash of this phase.
     assert resolution.kind is not None
+    if facts.holder_alive:
+        if task.attempts >= resolution.kind.max_attempts:
+            return Step("fail_interrupted", task.id)
+        return Step("start", task.id)
     if task.crashes + 1 >= resolution.kind.max_crashes:
         return Step("fail_crashed", task.id)
     return Step("start", task.id, after_crash=True)

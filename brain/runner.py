@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 
 from pydantic import Field
 
-from brain.drive import Drive
+from brain.drive import Drive, HolderAlive
 from brain.registry import Registry
 from brain.services import Services
 from contracts import Task, TaskStatus
 from contracts.model import Frozen
+from coordination.leases import LeaseProof
 from session_store import SessionStore
 
 
@@ -62,12 +63,21 @@ class SessionRunner:
         self.root_kind = root_kind
         self.poll_interval = poll_interval
 
-    async def drive(self, session_id: str, *, fence: int | None = None) -> DriveReport:
-        """Claim the session (with ``fence``, or when running embedded the next fence
-        after the stored one unless this runner holds it) and move every task that can
-        move."""
+    async def drive(
+        self,
+        session_id: str,
+        *,
+        fence: int | None = None,
+        lease: LeaseProof | None = None,
+        holder_alive: HolderAlive | None = None,
+    ) -> DriveReport:
+        """Move every task that can move; claim the session (with ``fence``, or when
+        running embedded the next fence after the stored one unless this runner holds
+        it) only once there is something to do. ``lease``: proven before every side
+        effect; ``holder_alive``: whether a previous holder still lives (its interrupted
+        phase starts are then not crashes); without it every one is."""
         handle = await self.store.session(session_id)
-        drive = Drive(self, handle)
+        drive = Drive(self, handle, lease=lease, holder_alive=holder_alive)
         held = await drive.run(fence)
         state = handle.state
         return DriveReport(

@@ -7,6 +7,13 @@ nothing is runnable, and asks for a delayed wake when a timer is due. A wake for
 session another Brain is driving is handed back to the queue a moment later, so it is
 never lost. Wake jobs arrive through RQ (``coordination.wakes.WakeWorker``), one thread
 per slot; the drives themselves run on this process's event loop.
+
+The lease keeper retries transient Redis errors until the lease's own deadline, which
+it knows from this host's monotonic clock (``coordination.leases.LeaseProof``); the
+drive checks that proof before every side effect, and the keeper stops the drive before
+the lease can lapse. While it runs, the Brain beats its incarnation record
+(``coordination.incarnations``): a later holder tells from it whether an interrupted
+phase start was a crash (this process gone) or a lost lease (this process alive).
 """
 
 from __future__ import annotations
@@ -15,14 +22,18 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from datetime import timedelta
 
 import redis
+import redis.asyncio
 from rq import Queue
 
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
+from coordination.incarnations import RedisIncarnations
+from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
 from coordination.routes import ADVERTISEMENT_S, Routes, model_offers, route_of
 from coordination.wakes import RQWakes, WakeWorker, queue_name
@@ -64,6 +75,9 @@ class BrainService:
         self.offers = (*runner.registry.compatibility(), *model_offers(model))
         self.route = route_of(self.offers) if routes is not None else wakes.route
         self.reports: list[DriveReport] = []
+        #: liveness evidence of this and other Brain incarnations (restart limit)
+        self._evidence = redis.asyncio.Redis.from_url(redis_url)
+        self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
         self._workers: list[WakeWorker] = []
         self._threads: list[threading.Thread] = []
         self._connections: list[redis.Redis] = []
@@ -83,6 +97,7 @@ class BrainService:
         if self.routes is not None:
             await self.routes.advertise(self.offers)
             advertising = asyncio.create_task(self._advertise(self.routes))
+        beating = asyncio.create_task(self._beat())
         for slot in range(self.concurrency):
             # A client (connection pool) per slot: an RQ worker keeps one connection for
             # its pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
@@ -101,6 +116,7 @@ class BrainService:
             self._workers.append(worker)
             self._threads.append(worker.run_in_thread())
         await self._stopped.wait()
+        await cancel_and_wait(beating)
         if advertising is not None:
             await cancel_and_wait(advertising)
 
@@ -111,6 +127,27 @@ class BrainService:
                 await routes.advertise(self.offers)
             except StoreUnavailable as error:
                 log.warning("cannot advertise: %s", error.message)
+
+    @property
+    def beat_interval(self) -> float:
+        return self.lease_ttl.total_seconds() / 3
+
+    async def _beat(self) -> None:
+        while True:
+            try:
+                await self.incarnations.beat(self.holder, self.runner.services.process)
+            except StoreUnavailable as error:
+                log.warning("cannot beat: %s", error.message)
+            except Exception:  # one bad beat must not stop the beating
+                log.exception("beat failed")
+            await asyncio.sleep(self.beat_interval)
+
+    async def holder_alive(self, holder: str) -> bool:
+        """Whether the Brain incarnation ``holder`` is alive (``coordination.incarnations``):
+        its interrupted phase starts are then not crashes."""
+        if holder == self.holder:
+            return True
+        return await self.incarnations.alive(holder, window=2.5 * self.beat_interval)
 
     async def shutdown(self) -> None:
         """Stop taking wakes, let running drives end, hand leases back."""
@@ -124,6 +161,7 @@ class BrainService:
         for lease in list(self._held.values()):
             with contextlib.suppress(Exception):
                 await self.leases.release(lease)
+        await self._evidence.aclose()
 
     async def drive(self, session_id: str) -> str:
         """One wake of one session: lease, drive, release. A session this Brain is
@@ -148,14 +186,20 @@ class BrainService:
 
     async def _drive(self, session_id: str) -> str:
         handle = await self.runner.store.session(session_id)
+        sent_at = time.monotonic()
         lease = await self.leases.acquire(
             session_id, self.holder, ttl=self.lease_ttl, floor=handle.fence
         )
         if lease is None:  # another Brain drives it now: look again after its release
             return await self._busy(session_id)
         self._held[session_id] = lease
-        driving = asyncio.create_task(self.runner.drive(session_id, fence=lease.fence))
-        keeping = asyncio.create_task(self._keep(lease, driving))
+        proof = LeaseProof(lease, sent_at)
+        driving = asyncio.create_task(
+            self.runner.drive(
+                session_id, fence=lease.fence, lease=proof, holder_alive=self.holder_alive
+            )
+        )
+        keeping = asyncio.create_task(self._keep(proof, driving))
         try:
             report = await driving
         except asyncio.CancelledError:
@@ -175,13 +219,39 @@ class BrainService:
             await self.wakes.attention.watch(session_id, after=self.watch_after)
         return f"fence {report.fence}: {report.commits} commits, active={report.active}"
 
-    async def _keep(self, lease: Lease, driving: asyncio.Task[DriveReport]) -> None:
+    async def _keep(self, proof: LeaseProof, driving: asyncio.Task[DriveReport]) -> None:
+        """Extend the lease every third of its TTL. A transient error (Redis away, a reply
+        that does not come) is retried until the lease's own deadline; the drive is
+        stopped when the lease is lost, or before it can lapse unproven."""
         every = self.lease_ttl.total_seconds() / 3
+        retry = min(every / 5, 0.5)
+        wait = every
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(wait)
+            if not proof.proven:
+                log.warning(
+                    "session %s: lease not provable any more (%.3f s left); dropping the drive",
+                    proof.lease.session_id,
+                    proof.remaining(),
+                )
+                await cancel_and_wait(driving)
+                return
+            sent_at = time.monotonic()
             try:
-                await self.leases.extend(lease, ttl=self.lease_ttl)
+                async with asyncio.timeout(proof.remaining()):  # a hung reply is a failure
+                    lease = await self.leases.extend(proof.lease, ttl=self.lease_ttl)
             except LeaseLost as lost:
                 log.warning("%s", lost.message)
                 await cancel_and_wait(driving)
                 return
+            except (StoreUnavailable, TimeoutError) as error:
+                log.warning(
+                    "session %s: lease extension failed (%s); retrying for %.3f s more",
+                    proof.lease.session_id,
+                    getattr(error, "message", None) or type(error).__name__,
+                    proof.remaining(),
+                )
+                wait = retry
+                continue
+            proof.renewed(lease, sent_at)
+            wait = every

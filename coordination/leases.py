@@ -17,7 +17,8 @@ stale holder (see ``docs/leases.md``). Redis errors are translated into
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -113,6 +114,60 @@ return found
 )
 
 _MAX_FENCE = 2**53  # exact in a Lua double
+
+#: a proof this close to its end proves nothing: what may happen between a check and the
+#: action it guards (the event loop's own latency), as a share of the TTL and at most 1 s
+_MARGIN_SHARE = 0.1
+_MARGIN_MAX_S = 1.0
+
+
+class LeaseProof:
+    """Until when this process can *prove* it holds a lease, on its own monotonic clock.
+
+    Redis starts a lease's TTL when it runs the acquire or extend, which is after the
+    request left here; so a lease whose last successful acquire or extend was *sent* at
+    monotonic time ``t`` is held at least until ``t + ttl`` — whatever happened since
+    (a pause, a lost reply, a blip). Only this host's monotonic clock is read; no clock
+    is compared with another host's or with Redis's (it assumes clocks run at the same
+    rate, which the ``margin`` also covers). ``prove`` is checked before every side
+    effect: a holder that cannot prove its lease for ``margin`` more starts nothing.
+    """
+
+    def __init__(
+        self, lease: Lease, sent_at: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lease = lease
+        self.until = sent_at + lease.ttl.total_seconds()
+        self._clock = clock
+        self.margin = min(lease.ttl.total_seconds() * _MARGIN_SHARE, _MARGIN_MAX_S)
+
+    def renewed(self, lease: Lease, sent_at: float) -> None:
+        """``lease`` was extended by a request sent at ``sent_at``."""
+        self.lease = lease
+        self.until = max(self.until, sent_at + lease.ttl.total_seconds())
+
+    def remaining(self) -> float:
+        """Seconds the lease is still provably held (negative: it may have lapsed)."""
+        return self.until - self._clock()
+
+    @property
+    def proven(self) -> bool:
+        return self.remaining() > self.margin
+
+    def prove(self, action: str) -> None:
+        """``LeaseLost`` unless the lease is provably held for ``margin`` more: ``action``
+        (a side effect) must not start."""
+        if self.proven:
+            return
+        lease = self.lease
+        raise LeaseLost(
+            f"{action} not started: the lease on session {lease.session_id} for "
+            f"{lease.holder} at fence {lease.fence} is not provably held any more "
+            f"({self.remaining():.3f} s left, margin {self.margin:.3f} s)",
+            session_id=lease.session_id,
+            holder=lease.holder,
+            fence=lease.fence,
+        )
 
 
 class RedisLeases:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -86,10 +87,10 @@ class WatchedRunner(SessionRunner):
         super().__init__(store, registry, services)
         self.watch = watch
 
-    async def drive(self, session_id: str, *, fence: int | None = None) -> DriveReport:
+    async def drive(self, session_id: str, **options: Any) -> DriveReport:
         self.watch.enter(session_id)
         try:
-            return await super().drive(session_id, fence=fence)
+            return await super().drive(session_id, **options)
         finally:
             self.watch.leave(session_id)
 
