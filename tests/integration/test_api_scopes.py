@@ -229,8 +229,13 @@ async def test_a_read_token_cannot_act(apis: Apis) -> None:
         )
         assert submit.status_code == 201, submit.text
     async with apis.client("hands", ACME_OPS) as ops:
+        # allowed (an uncertain operation stays for an operator's settle: 202)
         cancelled = await ops.post("/v1/operations/op-acme/cancel", json={"reason": "x"})
-        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert cancelled.status_code == 202 and cancelled.json()["status"] == "uncertain"
+        settled = await ops.post(
+            "/v1/operations/op-acme/settle", json={"outcome": "failed", "reason": "checked"}
+        )
+        assert settled.status_code == 200, settled.text
         assert (await ops.post("/v1/tools", json={"image": "x"})).status_code == 403
 
 

@@ -32,6 +32,7 @@ from contracts import Outcome, StoreUnavailable, utcnow
 from coordination.leases import RedisLeases
 from coordination.protocols import Lease
 from coordination.wakes import RQWakes
+from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
@@ -124,7 +125,7 @@ def runner(
         crash=crash or CrashPoints(),
         clock=utcnow,
         runner_id=name,
-        takeover_margin=timedelta(milliseconds=200),
+        lifecycle=LifecycleSettings(takeover_margin=timedelta(milliseconds=200)),
     )
     return SessionRunner(store, registry, services, poll_interval=timedelta(milliseconds=50))
 
