@@ -106,7 +106,7 @@ def _fleet(
         BH_SESSION_API_TOKEN=token,
         BH_HANDS_API_TOKEN=token,
         BH_HANDS_SECRET=secrets.token_hex(32),
-        BH_HANDS_OWNER="bh-demo",
+        BH_HANDS_OWNER="demo",
         BH_HANDS_ACK_WAIT="3",
         BH_HANDS_CREDENTIALS=str(credentials),
     )
@@ -132,7 +132,7 @@ def _fleet(
 
 async def _register(store: SessionStore, running: Servers, docker_url: str) -> None:
     destination = _destination(running.email_url)
-    async with DockerSandbox(DockerSandboxConfig(owner="bh-demo", docker_url=docker_url)) as docker:
+    async with DockerSandbox(DockerSandboxConfig(owner="demo", docker_url=docker_url)) as docker:
         tool = await register_image(
             store,
             docker,
@@ -178,7 +178,7 @@ async def _run(store: SessionStore, running: Servers, fleet: Fleet, deployment: 
             "(the tool runs on: no Brain waits for it)"
         )
         await _until_requested(email, fourth)
-        state = _container_state(container_name(fourth, namespace="bh-demo"), deployment.docker_url)
+        state = _container_state(container_name(fourth, namespace="demo"), deployment.docker_url)
         fleet.kill("hands-1")
         console.print(
             f"   hands-1 [red]killed with SIGKILL[/] while email 4's container was "
@@ -232,7 +232,7 @@ async def _show(store: SessionStore, email: EmailClient, hands: HandsClient, fle
             str(receipt["to"]),
             f"[bold]{receipt['recovery']}[/]",
             dispatched.get(operation_id, "?"),
-            container[:15] + "…" + (" (query)" if container.endswith("-query") else ""),
+            container[:19] + "…" + (" (query)" if container.endswith("-query") else ""),
             (outcome.executor or "").split(":")[0] if outcome else "",
             applied.get(operation_id, "?"),
             str(sent[operation_id]),

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,7 @@ class ProcessSandbox:
         reconnected = where.exists()
         if not reconnected:
             self._start(spec, where)
-        meta = json.loads((where / "meta.json").read_text())
-        started = datetime.fromisoformat(meta["started_at"])
+        started = _started(where)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
         limit = spec.tool.limits.output_bytes
         termination: Termination | None = None
@@ -98,7 +98,9 @@ class ProcessSandbox:
 
     def _start(self, spec: RunSpec, where: Path) -> None:
         _command(spec)  # refused before anything is created
-        where.mkdir(parents=True)
+        # The directory appears whole, with its meta.json, or not at all: an executor
+        # killed halfway leaves a hidden scratch directory, never a run without metadata.
+        scratch = Path(tempfile.mkdtemp(prefix=f".{where.name}.", dir=where.parent))
         meta = {
             "started_at": datetime.now(UTC).isoformat(),
             "operation_id": spec.operation_id,
@@ -106,7 +108,8 @@ class ProcessSandbox:
             "mode": spec.mode.value,
             "deadline": (datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)).isoformat(),
         }
-        (where / "meta.json").write_text(json.dumps(meta))
+        (scratch / "meta.json").write_text(json.dumps(meta))
+        scratch.rename(where)
         self._launch(spec, where)
 
     def _launch(self, spec: RunSpec, where: Path) -> None:
@@ -194,7 +197,7 @@ class ProcessSandbox:
         runs = []
         for where in sorted(self.root.iterdir()):
             meta_path = where / "meta.json"
-            if not meta_path.exists():
+            if where.name.startswith(".") or not meta_path.exists():
                 continue
             meta = json.loads(meta_path.read_text())
             runs.append(
@@ -224,6 +227,15 @@ def _command(spec: RunSpec) -> tuple[str, ...]:
     if not command:
         raise NotFound(f"tool {spec.tool.ref} has no {spec.mode.value} command for this sandbox")
     return tuple(command)
+
+
+def _started(where: Path) -> datetime:
+    """When the run in ``where`` started: from its metadata, or for a directory without
+    one (left by an older executor killed mid-start) from the directory itself."""
+    try:
+        return datetime.fromisoformat(json.loads((where / "meta.json").read_text())["started_at"])
+    except FileNotFoundError:
+        return datetime.fromtimestamp(where.stat().st_mtime, UTC)
 
 
 def _alive(where: Path) -> bool:

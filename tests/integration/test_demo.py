@@ -57,7 +57,7 @@ def test_bh_demo_runs_the_whole_system_and_recovers_both_kills(tmp_path: Path) -
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    row = r"│ (\d) │ \S+ +│ (\w+) +│ (brain-\d) +│ bh-op-\S+ (?:\(query\))? +│ (hands-\d) +│ "
+    row = r"│ (\d) │ \S+ +│ (\w+) +│ (brain-\d) +│ bh-\S+ (?:\(query\))? +│ (hands-\d) +│ "
     row += r"(brain-\d)"
     rows = re.findall(row, result.stdout)
     assert rows == [

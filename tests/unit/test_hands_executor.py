@@ -206,6 +206,22 @@ async def test_a_start_that_never_recorded_a_pid_is_an_unknown_outcome(hands: Ha
     assert hands.runs() == ["op-1"]
 
 
+async def test_a_start_killed_before_it_wrote_its_metadata_is_an_unknown_outcome(
+    hands: Hands,
+) -> None:
+    """The first executor made the run's directory and died before ``meta.json`` (the
+    window a CI run hit): the next executor does not fail on the missing file on every
+    delivery; it waits the start grace and recovers by the tool's policy."""
+    hands.sandbox.start_grace = timedelta(milliseconds=300)
+    d = dispatch("queryable")
+    await _started_without_a_pid(hands, d)
+    (hands.sandbox.root / "bh-op-1" / "meta.json").unlink()
+    result = await hands.executor("b").handle(d)
+    # its query says the action never happened, so it runs, once
+    assert result is not None and result.succeeded and result.path == "executed", result
+    assert hands.runs() == ["op-1"]
+
+
 async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation:
     """An executor claimed attempt 1 and died before (or after) its container, which is
     gone; its claim's deadline has passed: the outcome is unknown."""
