@@ -19,8 +19,10 @@ after it is harmless because executors act on the store, not on the message.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -34,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from contracts import StoreUnavailable
 from contracts.model import Frozen
+from runtime.credentials import endpoint, redact
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,19 @@ def result_subject(session_id: str) -> str:
 
 
 class BusSettings(Frozen):
+    """Where the bus is and how to reach it.
+
+    ``url`` may name a user and the file holding its password, never the password:
+    ``nats://brain@host:4222?passfile=/run/secrets/nats-brain.pass`` (``runtime.credentials``).
+    ``tls://host:4222`` (or any ``tls_*`` file) turns TLS on: ``tls_ca_file`` verifies the
+    server with a private CA, ``tls_cert_file``/``tls_key_file`` present a client
+    certificate to a server that asks for one (``docs/security.md``).
+    """
+
     url: str = "nats://127.0.0.1:4222"
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     namespace: str = Field(default="bh", pattern=r"^[a-z][a-z0-9_]{0,30}$")
     duplicate_window: timedelta = timedelta(minutes=2)
     results_max_age: timedelta = timedelta(days=1)
@@ -80,9 +95,14 @@ class Bus:
     @classmethod
     async def connect(cls, settings: BusSettings, *, name: str = "brainhands") -> Bus:
         """Connect (reconnecting forever after a server restart) and ensure the streams."""
+        found = endpoint(settings.url)
+        where = redact(settings.url)
         try:
             nc = await nats.connect(
-                settings.url,
+                found.url,
+                user=found.username,
+                password=found.password,
+                tls=_tls_context(settings),
                 name=name,
                 connect_timeout=settings.connect_timeout.total_seconds(),
                 max_reconnect_attempts=-1,
@@ -91,7 +111,7 @@ class Bus:
                 error_cb=_log_error,
             )
         except (OSError, nats.errors.Error) as error:
-            raise StoreUnavailable(f"NATS is not reachable at {settings.url}: {error}") from None
+            raise StoreUnavailable(f"NATS is not reachable at {where}: {error}") from None
         bus = cls(nc, settings)
         await bus.ensure_streams()
         return bus
@@ -166,6 +186,22 @@ class Bus:
             await self.nc.drain()
         except (TimeoutError, nats.errors.Error, OSError):
             await self.nc.close()
+
+
+def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
+    """A verifying TLS context when any ``tls_*`` file is set; None leaves it to the URL
+    (``tls://`` uses the system's CAs)."""
+    if not (settings.tls_ca_file or settings.tls_cert_file):
+        return None
+    context = ssl.create_default_context(
+        cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None
+    )
+    if settings.tls_cert_file:
+        context.load_cert_chain(
+            str(settings.tls_cert_file),
+            str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
+    return context
 
 
 async def _log_error(error: Exception) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from bh.devstack import binaries, docker_engine, probe
+from bh.devstack.auth import OPERATOR, PERMISSIONS, Secrets
 from bh.devstack.config import DevConfig
 from bh.devstack.process import Argv
 from bh.devstack.service import Service
@@ -31,21 +32,27 @@ def services(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> 
 
 
 def redis(config: DevConfig, state: StateDir) -> Service:
+    """redis-server with ``requirepass`` from a 0600 config file: a client without the
+    password is refused. An older server without a password does not count as ready, so
+    ``up`` replaces it."""
     host, port = config.host, config.ports.redis
+    secrets = Secrets(state.secrets)
 
     def launches() -> tuple[Argv, ...]:
+        conf = (str(secrets.redis_conf),)  # the password, off the command line
         listen = ("--bind", host, "--port", str(port))
         no_persistence = ("--save", "", "--appendonly", "no")
         foreground = ("--dir", str(state.data("redis")), "--daemonize", "no")
-        return ((str(binaries.redis_server()), *listen, *no_persistence, *foreground),)
+        return ((str(binaries.redis_server()), *conf, *listen, *no_persistence, *foreground),)
 
     return Service(
         name="redis",
         address=f"redis://{host}:{port}/0",
         ports=(port,),
         launches=launches,
-        ready=lambda: probe.redis_pong(host, port),
-        exports={"BH_REDIS_URL": f"redis://{host}:{port}/0"},
+        ready=lambda: probe.redis_pong(host, port, password=secrets.redis_password()),
+        prepare=secrets.ensure,
+        exports={"BH_REDIS_URL": secrets.redis_url(host, port)},
         log_path=state.log("redis"),
         pid_path=state.pidfile("redis"),
         ready_timeout=timedelta(seconds=10),
@@ -53,20 +60,34 @@ def redis(config: DevConfig, state: StateDir) -> Service:
 
 
 def nats(config: DevConfig, state: StateDir) -> Service:
+    """nats-server with one user per role (``bh.devstack.auth``) from a 0600 config file.
+    ``BH_NATS_URL`` is the operator's (tests and operator commands need every right);
+    ``BH_NATS_URL_<ROLE>`` are what ``bh up`` and the demo give each service."""
     host, port, http_port = config.host, config.ports.nats, config.ports.nats_http
+    secrets = Secrets(state.secrets)
 
     def launches() -> tuple[Argv, ...]:
+        conf = ("-c", str(secrets.nats_conf))  # users and passwords, off the command line
         listen = ("-a", host, "-p", str(port), "-m", str(http_port))
         jetstream = ("-js", "--store_dir", str(state.data("nats")))
-        return ((str(binaries.nats_server()), *listen, *jetstream),)
+        return ((str(binaries.nats_server()), *conf, *listen, *jetstream),)
 
+    def ready() -> bool:
+        jetstream = probe.http_status(host, http_port, "/healthz?js-enabled-only=true") == 200
+        password = secrets.password(OPERATOR)
+        return jetstream and probe.nats_login(host, port, user=OPERATOR, password=password)
+
+    roles = {
+        f"BH_NATS_URL_{role.upper()}": secrets.nats_url(host, port, role) for role in PERMISSIONS
+    }
     return Service(
         name="nats",
         address=f"nats://{host}:{port}",
         ports=(port, http_port),
         launches=launches,
-        ready=lambda: probe.http_status(host, http_port, "/healthz?js-enabled-only=true") == 200,
-        exports={"BH_NATS_URL": f"nats://{host}:{port}"},
+        ready=ready,
+        prepare=secrets.ensure,
+        exports={"BH_NATS_URL": secrets.nats_url(host, port), **roles},
         log_path=state.log("nats"),
         pid_path=state.pidfile("nats"),
         ready_timeout=timedelta(seconds=15),

@@ -24,14 +24,67 @@ def tcp_open(host: str, port: int) -> bool:
         return False
 
 
-def redis_pong(host: str, port: int) -> bool:
-    """True if a Redis server answers ``PING``."""
+def redis_pong(host: str, port: int, *, password: str | None) -> bool:
+    """True if a Redis server answers ``PING`` after ``AUTH password``: one that does not
+    require that password (or any) does not count."""
+    if password is None:
+        return False
+    auth = _resp("AUTH", password)
+    expected = b"+OK\r\n+PONG"
     try:
         with socket.create_connection((host, port), timeout=TIMEOUT_S) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(64).startswith(b"+PONG")
+            conn.sendall(auth + b"PING\r\n")
+            return _read_until(conn, len(expected)).startswith(expected)
     except OSError:
         return False
+
+
+def nats_login(host: str, port: int, *, user: str, password: str | None) -> bool:
+    """True if a NATS server requires a login and accepts ``user``'s: one that lets anyone
+    in does not count."""
+    if password is None:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT_S) as conn:
+            info = _read_line(conn)
+            if not info.startswith(b"INFO ") or not json.loads(info[5:]).get("auth_required"):
+                return False
+            login = {"user": user, "pass": password, "verbose": False, "pedantic": False}
+            conn.sendall(b"CONNECT " + json.dumps(login).encode() + b"\r\nPING\r\n")
+            return _read_line(conn).startswith(b"PONG")
+    except (OSError, ValueError):
+        return False
+
+
+def _resp(*words: str) -> bytes:
+    """A command in RESP, so a password is sent as data, whatever characters it holds."""
+    parts = [f"*{len(words)}\r\n".encode()]
+    for word in words:
+        data = word.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _read_until(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(256)
+        if not chunk:
+            break
+        data += chunk
+        if data.startswith(b"-"):
+            break
+    return data
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\r\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def http_status(host: str, port: int, path: str) -> int | None:

@@ -25,6 +25,11 @@ class StateDir:
     def pidfile(self, service: str) -> Path:
         return self.root / "run" / f"{service}.pid"
 
+    @property
+    def secrets(self) -> Path:
+        """The bus credentials and the configs holding them (0700; files 0600)."""
+        return self.root / "secrets"
+
     def data(self, service: str) -> Path:
         """A scratch directory a service may write into (redis --dir, nats --store_dir)."""
         path = self.root / "data" / service

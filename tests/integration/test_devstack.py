@@ -15,13 +15,14 @@ from typing import Any, NoReturn
 import nats
 import nats.errors
 import pytest
-import redis.asyncio
 import redis.exceptions
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import EndpointConnectionError
 from nats.aio.client import Client as NATS
 
+from coordination import redis_client
+from runtime.credentials import endpoint
 from tests.support.services import in_ci
 
 
@@ -41,7 +42,7 @@ def _url(variable: str) -> str:
 @pytest.mark.redis
 async def test_redis_answers_ping_and_keeps_a_key() -> None:
     url = _url("BH_REDIS_URL")
-    client = redis.asyncio.Redis.from_url(url, socket_connect_timeout=2)
+    client = redis_client.connect(url, socket_connect_timeout=2)
     try:
         try:
             pong = await client.ping()
@@ -65,8 +66,11 @@ async def nats_client() -> AsyncIterator[NATS]:
     url = _url("BH_NATS_URL")
     try:
         # max_reconnect_attempts=0 would mean "retry forever" in nats-py; 1 gives up.
+        found = endpoint(url)
         client = await nats.connect(
-            url,
+            found.url,
+            user=found.username,
+            password=found.password,
             connect_timeout=2,
             allow_reconnect=False,
             max_reconnect_attempts=1,

@@ -58,9 +58,18 @@ def test_ports_come_from_the_environment(tmp_path: Path) -> None:
     }
     services = _services(environ, tmp_path)
     assert services["redis"].address == "redis://127.0.0.1:26379/0"
-    assert services["redis"].exports == {"BH_REDIS_URL": "redis://127.0.0.1:26379/0"}
+    secrets = tmp_path / "secrets"
+    assert services["redis"].exports == {
+        "BH_REDIS_URL": f"redis://127.0.0.1:26379/0?passfile={secrets}/redis.pass"
+    }
     assert services["nats"].ports == (24222, 28222)
-    assert services["nats"].exports == {"BH_NATS_URL": "nats://127.0.0.1:24222"}
+    nats_exports = services["nats"].exports
+    assert nats_exports["BH_NATS_URL"] == (
+        f"nats://operator@127.0.0.1:24222?passfile={secrets}/nats-operator.pass"
+    )
+    assert nats_exports["BH_NATS_URL_HANDS"] == (
+        f"nats://hands@127.0.0.1:24222?passfile={secrets}/nats-hands.pass"
+    )
     assert services["moto"].exports["BH_AWS_ENDPOINT_URL"] == "http://127.0.0.1:25000"
     assert services["moto"].launches() == (
         (sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "25000"),
@@ -137,9 +146,15 @@ def test_env_file_has_every_variable_the_tests_read(tmp_path: Path) -> None:
         exports.update(service.exports)
     envfile.write(tmp_path / "env", exports)
     lines = (tmp_path / "env").read_text().splitlines()
+    secrets = tmp_path / "secrets"
+    nats = "nats://{0}@127.0.0.1:14222?passfile={1}/nats-{0}.pass"
     assert lines == [
-        "export BH_REDIS_URL=redis://127.0.0.1:16379/0",
-        "export BH_NATS_URL=nats://127.0.0.1:14222",
+        f"export BH_REDIS_URL='redis://127.0.0.1:16379/0?passfile={secrets}/redis.pass'",
+        f"export BH_NATS_URL='{nats.format('operator', secrets)}'",
+        *(
+            f"export BH_NATS_URL_{role.upper()}='{nats.format(role, secrets)}'"
+            for role in ("brain", "hands", "scheduler", "api")
+        ),
         "export BH_AWS_ENDPOINT_URL=http://127.0.0.1:15000",
         "export AWS_ACCESS_KEY_ID=testing",
         "export AWS_SECRET_ACCESS_KEY=testing",

@@ -1,0 +1,124 @@
+"""The dev stack's bus credentials: one NATS user per role, a Redis password, all in 0600
+files under ``<dev home>/secrets/`` (a 0700 directory), made once and kept.
+
+Servers read them from config files in that directory, never from their command line
+(which every local user can read in ``ps``). Clients get URLs naming the user and the
+password *file* (``nats://brain@127.0.0.1:14222?passfile=...``, ``runtime.credentials``),
+so ``bh dev env``, logs and error messages never hold a secret.
+
+NATS roles and what each may publish (``*`` is the namespace, so every test namespace
+works; ``docs/security.md`` has the full table):
+
+- ``brain``: dispatches and cancellations (its outbox relay);
+- ``hands``: results; it consumes dispatches and hears cancellations;
+- ``scheduler``: dispatches (re-issued from the store's intents); it consumes results;
+- ``api``: results (``bh ops settle``) and cancellations (the Hands API);
+- ``operator``: everything (tests, ``bh`` operator commands, stream repair).
+
+The service roles all need the JetStream API (``$JS.API.>``: every client ensures the
+streams), less deleting or purging streams and consumers, which only ``operator`` may do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.credentials import PASSFILE, read_secret, write_secret
+
+OPERATOR = "operator"
+ROLES = ("brain", "hands", "scheduler", "api", OPERATOR)
+
+_DISPATCH = "*.tools.dispatch.>"
+_RESULTS = "*.tools.results.>"
+_CANCEL = "*.tools.cancel"
+_JS_API = "$JS.API.>"
+_ACK = "$JS.ACK.>"
+_INBOX = "_INBOX.>"
+# Only the operator may destroy what the bus holds: streams, their messages, consumers.
+_DESTROY = (
+    "$JS.API.STREAM.DELETE.>",
+    "$JS.API.STREAM.PURGE.>",
+    "$JS.API.STREAM.MSG.DELETE.>",
+    "$JS.API.CONSUMER.DELETE.>",
+)
+
+#: role -> (may publish, may subscribe), beyond the JetStream API and reply inboxes
+PERMISSIONS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "brain": ((_DISPATCH, _CANCEL), (_RESULTS,)),
+    "hands": ((_RESULTS, _ACK), (_CANCEL,)),
+    "scheduler": ((_DISPATCH, _ACK), ("$JS.EVENT.ADVISORY.>",)),
+    "api": ((_RESULTS, _CANCEL), ()),
+}
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Where the dev stack's credentials live: ``<home>/secrets``."""
+
+    root: Path
+
+    @property
+    def redis_passfile(self) -> Path:
+        return self.root / "redis.pass"
+
+    @property
+    def redis_conf(self) -> Path:
+        return self.root / "redis.conf"
+
+    @property
+    def nats_conf(self) -> Path:
+        return self.root / "nats.conf"
+
+    def nats_passfile(self, role: str) -> Path:
+        return self.root / f"nats-{role}.pass"
+
+    def ensure(self) -> None:
+        """Make every missing password (kept ones stay) and write the servers' configs.
+        Locked: redis and nats are prepared concurrently and both call this."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.chmod(0o700)
+        with (self.root / "lock").open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            self._ensure()
+
+    def _ensure(self) -> None:
+        for path in (self.redis_passfile, *(self.nats_passfile(role) for role in ROLES)):
+            if not path.exists():
+                write_secret(path, secrets.token_urlsafe(32))
+        write_secret(self.redis_conf, f"requirepass {read_secret(self.redis_passfile)}")
+        write_secret(self.nats_conf, nats_config(self.passwords()))
+
+    def passwords(self) -> dict[str, str]:
+        return {role: read_secret(self.nats_passfile(role)) for role in ROLES}
+
+    def password(self, role: str) -> str | None:
+        """The role's NATS password, or None before ``ensure`` made it."""
+        path = self.nats_passfile(role)
+        return read_secret(path) if path.exists() else None
+
+    def redis_password(self) -> str | None:
+        return read_secret(self.redis_passfile) if self.redis_passfile.exists() else None
+
+    def redis_url(self, host: str, port: int) -> str:
+        return f"redis://{host}:{port}/0?{PASSFILE}={self.redis_passfile}"
+
+    def nats_url(self, host: str, port: int, role: str = OPERATOR) -> str:
+        return f"nats://{role}@{host}:{port}?{PASSFILE}={self.nats_passfile(role)}"
+
+
+def nats_config(passwords: Mapping[str, str]) -> str:
+    """nats-server's ``authorization`` block: one user per role with its permissions.
+    JSON is valid nats-server config syntax, and quotes every password safely."""
+    users: list[dict[str, object]] = [{"user": OPERATOR, "password": passwords[OPERATOR]}]
+    for role, (publish, subscribe) in PERMISSIONS.items():
+        permissions = {
+            "publish": {"allow": [_JS_API, *publish], "deny": list(_DESTROY)},
+            "subscribe": {"allow": [_INBOX, *subscribe]},
+        }
+        users.append({"user": role, "password": passwords[role], "permissions": permissions})
+    return "authorization " + json.dumps({"users": users}, indent=2) + "\n"
