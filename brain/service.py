@@ -24,11 +24,11 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import timedelta
 
 import redis
 import redis.asyncio
-from rq import Queue
 
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
@@ -36,7 +36,7 @@ from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
 from coordination.routes import ADVERTISEMENT_S, Routes, model_offers, route_of
-from coordination.wakes import RQWakes, WakeWorker, queue_name
+from coordination.wakes import RQWakes, WakeWorker, wake_queue
 from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ class BrainService:
         self._evidence = redis.asyncio.Redis.from_url(redis_url)
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
         self._workers: list[WakeWorker] = []
+        #: wake jobs refused (not the wake function of one session id), by reason
+        self.refused_wakes: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._connections: list[redis.Redis] = []
         self._held: dict[str, Lease] = {}
@@ -104,7 +106,7 @@ class BrainService:
             # connections, so a shared pool ran dry past ~50 slots and killed the rest.
             connection = redis.Redis.from_url(self.redis_url)
             self._connections.append(connection)
-            queue = Queue(queue_name(self.wakes.prefix, self.route), connection=connection)
+            queue = wake_queue(self.wakes.prefix, self.route, connection)
             worker = WakeWorker(
                 [queue],
                 name=f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}",
@@ -112,6 +114,7 @@ class BrainService:
                 prefix=self.wakes.prefix,
                 loop=loop,
                 drive=self.drive,
+                refused=self.refused_wakes,
             )
             self._workers.append(worker)
             self._threads.append(worker.run_in_thread())

@@ -11,6 +11,10 @@
 * ``WakeWorker`` consumes wake jobs inside a Brain: RQ's own ``SimpleWorker`` bookkeeping
   (the started, finished and failed registries, worker registration), one thread per
   slot, so ``rq info`` shows the truth; the drive itself runs on the Brain's event loop.
+* A wake job is data, never code. Jobs are JSON (RQ's default, pickle, runs whatever a
+  job's data or meta names the moment a worker reads it), and the worker performs only
+  ``drive_session`` with one session id: anything else anyone wrote to the queue is
+  refused, counted (``WakeWorker.refused``), logged and moved to RQ's failed registry.
 """
 
 from __future__ import annotations
@@ -21,17 +25,21 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
 import redis
 import redis.asyncio
+from pydantic import TypeAdapter, ValidationError
 from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
+from rq.job import Job
+from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
 
-from contracts import StoreUnavailable
+from contracts import Identifier, StoreUnavailable
 from coordination.attention import Attention
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,31 @@ def due_key(prefix: str) -> str:
 
 def queue_name(prefix: str, route: str = "default") -> str:
     return f"{prefix}-wakes-{route}"
+
+
+def wake_queue(prefix: str, route: str, connection: redis.Redis) -> Queue:
+    """The RQ queue of ``route``'s wake jobs, read and written as JSON only."""
+    return Queue(queue_name(prefix, route), connection=connection, serializer=JSONSerializer)
+
+
+_SESSION_ID: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+def refusal(job: Job) -> str | None:
+    """Why ``job`` is not a wake job (None: it is ``drive_session`` of one session id)."""
+    try:
+        name, args, kwargs = job.func_name, job.args, job.kwargs
+    except Exception as error:  # not JSON, or not RQ's job layout
+        return f"unreadable job data ({type(error).__name__})"
+    if name != JOB_FUNCTION:
+        return f"not the wake function: {str(name)[:80]!r}"
+    if kwargs or not isinstance(args, (list, tuple)) or len(args) != 1:
+        return "a wake takes exactly one session id"
+    try:
+        _SESSION_ID.validate_python(args[0], strict=True)
+    except ValidationError:
+        return "its argument is not a session id"
+    return None
 
 
 Router = Callable[[str], Awaitable[str | None]]
@@ -96,8 +129,7 @@ class RQWakes:
             return  # a wake job of this session is already waiting
         queue = self._queues.get(route)
         if queue is None:
-            name = queue_name(self.prefix, route)
-            queue = self._queues[route] = Queue(name, connection=self._sync)
+            queue = self._queues[route] = wake_queue(self.prefix, route, self._sync)
         queue.enqueue_call(
             JOB_FUNCTION,
             args=(session_id,),
@@ -166,11 +198,23 @@ class WakeWorker(SimpleWorker):
         prefix: str,
         loop: asyncio.AbstractEventLoop,
         drive: Callable[[str], Coroutine[Any, Any, Any]],
+        refused: Counter[str] | None = None,
     ) -> None:
-        super().__init__(queues, name=name, connection=connection)
+        super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
         self._prefix = prefix
         self._loop = loop
         self._drive = drive
+        #: jobs refused, by reason (shared by the Brain's slots)
+        self.refused = refused if refused is not None else Counter()
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        why = refusal(job)
+        if why is None:
+            super().execute_job(job, queue)
+            return
+        self.refused[why.split(":")[0].split(" (")[0]] += 1
+        log.warning("refused wake job %s: %s", job.id, why)
+        self.handle_job_failure(job, queue, exc_string=f"refused: {why}")
 
     def _install_signal_handlers(self) -> None:
         return None  # the Brain's main thread owns the signals

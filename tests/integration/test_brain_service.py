@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
-from rq import Queue
 from rq.registry import FinishedJobRegistry
 
 from brain.context import PhaseContext
@@ -25,7 +24,7 @@ from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from contracts import Outcome, SubmissionStatus
 from coordination.leases import RedisLeases
-from coordination.wakes import RQWakes, queue_name
+from coordination.wakes import RQWakes, wake_queue
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
@@ -85,7 +84,7 @@ async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
             await wakes.wake(f"s{number}", reason="submission")
         await assert_eventually(lambda: _all_answered(store, 5), within=30)
     sync = redis.Redis.from_url(redis_url)
-    finished = FinishedJobRegistry(queue=Queue(queue_name(prefix), connection=sync))
+    finished = FinishedJobRegistry(queue=wake_queue(prefix, "default", sync))
     assert len(finished.get_job_ids()) >= 5  # RQ's own registries tell the truth
     sync.close()
     wakes.close()

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio
-from rq import Queue
 
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, Sleep
@@ -37,7 +36,7 @@ from contracts import CommitRecord, OutboxMessage, StoreUnavailable, SubmissionS
 from contracts.tool import ToolDefinition
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
-from coordination.wakes import RQWakes, queue_name
+from coordination.wakes import RQWakes, wake_queue
 from hands.sandbox.process import ProcessSandbox
 from runtime.crashpoints import CrashPoints
 from scheduler.assembly import Connections, build
@@ -339,7 +338,7 @@ async def test_each_due_timer_becomes_one_wake_whichever_scheduler_finds_it(
         stack.push_async_callback(stop)
         await assert_eventually(lambda: _promoted(fleet, len(sessions)), within=10)
     assert sum(s.woken["timer"] for s in fleet) == len(sessions)
-    queued = Queue(queue_name(prefix), connection=setter._sync)
+    queued = wake_queue(prefix, "default", setter._sync)
     assert sorted(job.args[0] for job in queued.jobs) == sorted(sessions)
     queued.delete(delete_jobs=True)
     setter.close()
