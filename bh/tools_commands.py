@@ -137,7 +137,7 @@ async def _register_directly(
         store = await open_store(settings.store_url)
         resources.push_async_callback(store.close)
         sandbox = await make_sandbox(settings, store, resources)
-        tool, created = await register_request(store, sandbox, request)
+        tool, created = await register_request(store, sandbox, request, caps=settings.caps)
         return Registration(tool=tool, created=created)
 
 

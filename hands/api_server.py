@@ -123,6 +123,7 @@ async def serve_api(settings: ApiSettings) -> None:
             tokens=settings.tokens,
             metrics=metrics,
             max_body_bytes=settings.max_body_bytes,
+            caps=hands.caps,
         )
         server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None

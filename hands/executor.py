@@ -93,6 +93,14 @@ class Busy(BrainhandsError):
         self.until = until
 
 
+class Unanswered(BrainhandsError):
+    """The tool's query ran out of its time without an answer: whether the action
+    happened stays unknown, so the operation is parked for an operator."""
+
+    code = "query_unanswered"
+    retryable = False
+
+
 class NotCommitted(Refused):
     """A dispatch that no committed intent backs (forged, foreign or stale): refused,
     nothing recorded, nothing run."""
@@ -347,7 +355,10 @@ class Executor:
             return await self._finish(claimed, definition, outcome, "executed")
         if step is Step.VERIFY:
             claimed = await self._claim(record, definition, new_attempt=False)
-            found = await self._query(claimed, definition)
+            try:
+                found = await self._query(claimed, definition)
+            except Unanswered:
+                return None  # parked: uncertain, for an operator
             if found is not None:
                 return await self._settle(claimed, found)
             record = claimed
@@ -471,6 +482,14 @@ class Executor:
         outcome = await self._sandboxed(record, definition, DispatchMode.QUERY)
         await self.sandbox.remove(record.operation_id, DispatchMode.QUERY)
         answer = outcome.output if isinstance(outcome.output, dict) else {}
+        if outcome.termination is Termination.TIMEOUT:
+            # Asking again would only spend another timeout: an operator decides.
+            why = (
+                f"its query did not answer within {definition.timeout_s} s; whether the "
+                "action happened is unknown"
+            )
+            await self._park(record, why)
+            raise Unanswered(f"operation {record.operation_id}: {why}")
         if outcome.termination is not Termination.EXITED or outcome.exit_code != 0:
             raise Busy(
                 f"the query of {record.operation_id} did not answer "

@@ -23,6 +23,7 @@ from hands.api.operations import operations_router
 from hands.api.tools import tools_router
 from hands.api.views import Health
 from hands.executor import Busy, Executor
+from hands.labels import ToolCaps
 from hands.metrics import HandsMetrics
 from hands.sandbox import Sandbox
 from session_store import SessionStore
@@ -50,6 +51,7 @@ def create_app(
     tokens: Sequence[Grant] = (),
     metrics: HandsMetrics | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    caps: ToolCaps | None = None,
 ) -> FastAPI:
     """The API over ``store`` (the truth), acting through ``executor`` and ``sandbox``
     (this host's), broadcasting cancellations on ``bus`` when there is one. Request bodies over
@@ -61,6 +63,7 @@ def create_app(
         sandbox=sandbox,
         bus=bus,
         metrics=metrics or HandsMetrics(),
+        caps=caps or ToolCaps(),
     )
     app = FastAPI(
         title="brainhands Hands API",

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from contracts import AlreadyExists, InvalidInput, utcnow
 from contracts.tool import ToolDefinition
 from hands.api.views import RegisterRequest
+from hands.labels import ToolCaps
 from hands.registry import register_image
 from hands.sandbox import Sandbox
 from session_store import SessionStore
@@ -40,9 +41,14 @@ def request_of(
 
 
 async def register_request(
-    store: SessionStore, sandbox: Sandbox, request: RegisterRequest
+    store: SessionStore,
+    sandbox: Sandbox,
+    request: RegisterRequest,
+    *,
+    caps: ToolCaps | None = None,
 ) -> tuple[ToolDefinition, bool]:
-    """The definition on record, and whether this request created it."""
+    """The definition on record, and whether this request created it; an image that
+    declares more than ``caps`` (the operator's) is refused."""
     before = utcnow()
     stored = await register_image(
         store,
@@ -51,6 +57,7 @@ async def register_request(
         allow=request.allow,
         config=request.config,
         registered_by=request.registered_by,
+        caps=caps,
     )
     if stored.registered_at >= before:
         return stored, True

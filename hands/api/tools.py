@@ -42,7 +42,9 @@ def tools_router(context: ApiContext) -> APIRouter:
         _: Annotated[Grant, needs(Access.ADMIN, deployment=True)],
     ) -> ToolDefinition:
         """Register an image present on this host's engine, by the labels it declares."""
-        definition, created = await register_request(context.store, context.sandbox, body)
+        definition, created = await register_request(
+            context.store, context.sandbox, body, caps=context.caps
+        )
         if not created:
             response.status_code = 200
         return definition

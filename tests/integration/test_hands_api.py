@@ -31,6 +31,7 @@ from contracts.errors import Unauthorized
 from contracts.tool import LABEL_PREFIX, Cancellation, Dispatch, ResultEvent
 from hands.api.app import create_app
 from hands.executor import Executor
+from hands.labels import ToolCaps
 from hands.metrics import CONSUMER as METRICS_CONSUMER
 from hands.metrics import HandsMetrics
 from hands.sandbox import RunState
@@ -604,3 +605,33 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "\nState:\tZ" not in status
+
+
+async def test_registration_through_the_api_keeps_to_the_operators_caps(tmp_path: Path) -> None:
+    """The caps of ``HandsSettings`` reach the API's registration, not only the CLI's."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    async def publish(event: ResultEvent) -> None:
+        return None
+
+    executor = CommittingExecutor(
+        store=store,
+        sandbox=LabelledSandbox(tmp_path / "runs"),
+        publish=publish,
+        executor_id="hands-api",
+    )
+    app = create_app(
+        store=store,
+        executor=executor,
+        sandbox=executor.sandbox,
+        bus=None,
+        token=SecretStr(TOKEN),
+        caps=ToolCaps(timeout_s=0.5),
+    )
+    try:
+        async with serve(app) as url, httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+            refused = await http.post("/v1/tools", json={"image": "test/greet:1"})
+            assert refused.status_code == 422, refused.text
+            assert "at most" in refused.json()["error"]["message"]
+            assert (await http.get("/v1/tools")).json() == {"tools": []}
+    finally:
+        await store.close()

@@ -222,6 +222,34 @@ async def test_a_start_killed_before_it_wrote_its_metadata_is_an_unknown_outcome
     assert hands.runs() == ["op-1"]
 
 
+async def test_a_query_that_times_out_parks_the_operation(hands: Hands) -> None:
+    """Issue 13, defect 17: a query that never answers is stopped at the tool's timeout
+    and the outcome stays unknown: the operation is parked for an operator, not run
+    (the action may have happened), not failed, not asked again forever."""
+    await hands.store.tools.register(
+        ToolDefinition(
+            name="stuck",
+            version=1,
+            parameters=SCHEMA,
+            replay=ReplayPolicy.UNSAFE,
+            timeout_s=1,
+            command=(sys.executable, "-c", ACT),
+            query=(sys.executable, "-c", "import time; time.sleep(600)"),
+            config={"LEDGER": str(hands.ledger)},
+            image="test/stuck",
+            image_id="sha256:stuck",
+        )
+    )
+    d = dispatch("stuck")
+    await _attempted_without_a_container(hands, d)
+    result = await asyncio.wait_for(hands.executor().handle(d), 20)
+    assert result is None and hands.runs() == []
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.status is OperationStatus.UNCERTAIN, record
+    assert "did not answer within 1" in (record.reason or "")
+    assert await hands.store.get_operation_result("op-1") is None
+
+
 async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation:
     """An executor claimed attempt 1 and died before (or after) its container, which is
     gone; its claim's deadline has passed: the outcome is unknown."""
