@@ -610,6 +610,7 @@ def _alive(pid: int) -> bool:
 async def test_registration_through_the_api_keeps_to_the_operators_caps(tmp_path: Path) -> None:
     """The caps of ``HandsSettings`` reach the API's registration, not only the CLI's."""
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+
     async def publish(event: ResultEvent) -> None:
         return None
 
