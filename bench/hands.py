@@ -54,6 +54,7 @@ from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
+from tests.support.intents import commit_intent
 
 DOCKER = "unix:///var/run/docker.sock"
 HARDENED = [
@@ -134,7 +135,7 @@ async def rig(
 
 async def roundtrip(work: Path, nats: str, docker: str, runs: int) -> dict[str, float]:
     hands, raw = [], []
-    async with rig(work, nats, docker) as (_store, bus, _):
+    async with rig(work, nats, docker) as (store, bus, _):
         arrived: dict[str, asyncio.Event] = {}
 
         async def on_result(message: Msg) -> None:
@@ -146,10 +147,12 @@ async def roundtrip(work: Path, nats: str, docker: str, runs: int) -> dict[str, 
         for index in range(runs + 2):  # the first two warm up both paths
             op = f"op-bench-{uuid.uuid4().hex[:12]}"
             arrived[op] = asyncio.Event()
-            started = time.perf_counter()
             dispatch = Dispatch(
                 operation_id=op, session_id="bench", tool="echo", tool_version=1, args={}
             )
+            # what the Brain's commit holds before its relay publishes (untimed here)
+            await commit_intent(store, dispatch)
+            started = time.perf_counter()
             await bus.publish(dispatch_subject("echo"), dispatch, msg_id=op)
             await asyncio.wait_for(arrived[op].wait(), 60)
             elapsed = time.perf_counter() - started
@@ -239,7 +242,7 @@ async def _time_call(
 
 async def throughput(work: Path, nats: str, docker: str, *, hands: int) -> dict[str, float]:
     count = 20
-    async with rig(work, nats, docker, hands=hands) as (_store, bus, _executors):
+    async with rig(work, nats, docker, hands=hands) as (store, bus, _executors):
         done = asyncio.Event()
         seen: set[str] = set()
 
@@ -249,13 +252,20 @@ async def throughput(work: Path, nats: str, docker: str, *, hands: int) -> dict[
                 done.set()
 
         subscription = await bus.listen("tools.results.bench", on_result)
-        started = time.perf_counter()
-        for _ in range(count):
-            op = f"op-tp-{uuid.uuid4().hex[:12]}"
-            dispatch = Dispatch(
-                operation_id=op, session_id="bench", tool="echo", tool_version=1, args={}
+        dispatches = [
+            Dispatch(
+                operation_id=f"op-tp-{uuid.uuid4().hex[:12]}",
+                session_id="bench",
+                tool="echo",
+                tool_version=1,
+                args={},
             )
-            await bus.publish(dispatch_subject("echo"), dispatch, msg_id=op)
+            for _ in range(count)
+        ]
+        await commit_intent(store, *dispatches)  # one fan-out commit, as a Brain's
+        started = time.perf_counter()
+        for dispatch in dispatches:
+            await bus.publish(dispatch_subject("echo"), dispatch, msg_id=dispatch.operation_id)
         await asyncio.wait_for(done.wait(), 300)
         elapsed = time.perf_counter() - started
         await subscription.unsubscribe()
