@@ -37,6 +37,7 @@ from rq import Worker
 from bh.devstack import binaries
 from bh.fleet import Fleet
 from contracts import CommitRecord
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
@@ -164,7 +165,7 @@ class Rig:
     async def until_ready(self, name: str, slots: int, *, within: float = 60) -> None:
         """Until the Brain ``name`` has all its wake slots registered with RQ."""
         pid = self.fleet.processes[name].pid
-        sync = redis.Redis.from_url(self.redis_url)
+        sync = redis_client.connect_sync(self.redis_url)
         deadline = time.monotonic() + within
         try:
             while time.monotonic() < deadline:
@@ -225,7 +226,7 @@ async def infrastructure() -> AsyncIterator[Infrastructure]:
 
 
 async def _until_up(redis_url: str, nats_health: str) -> None:
-    client = redis.asyncio.Redis.from_url(redis_url)
+    client = redis_client.connect(redis_url)
     deadline = time.monotonic() + 30
     try:
         async with httpx.AsyncClient(timeout=1) as http:
@@ -263,7 +264,7 @@ async def rig(
         env["BH_MODEL_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
     store = await open_store(env["BH_STORE_URL"])
     await _register(store, env["DOCKER_HOST"], tools)
-    client = redis.asyncio.Redis.from_url(env["BH_REDIS_URL"])
+    client = redis_client.connect(env["BH_REDIS_URL"])
     routes = Routes(client, prefix=prefix)
     wakes = RQWakes(env["BH_REDIS_URL"], prefix=prefix, router=SessionRouter(store, routes))
     fleet = Fleet(work, env, argv)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from bh.devstack.auth import role_env
+
 
 class Fleet:
     """The system's processes, by name, each restartable."""
@@ -23,11 +25,12 @@ class Fleet:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, **extra: str) -> subprocess.Popen[bytes]:
-        """Start (or restart) ``name``; ``extra`` is added to its environment this time."""
+        """Start (or restart) ``name``; ``extra`` is added to its environment this time.
+        It connects to NATS as its role (``bh.devstack.auth.role_env``)."""
         with (self.work / f"{name}.log").open("ab") as log:
             self.processes[name] = subprocess.Popen(
                 self.argv[name],
-                env={**self.env, **extra},
+                env={**role_env(self.env, name), **extra},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -27,6 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bh.devstack.auth import role_env
 from bh.devstack.config import DevConfig
 from bh.devstack.process import (
     is_running,
@@ -38,6 +39,8 @@ from bh.devstack.process import (
     write_pidfile,
 )
 from bh.example_stack import EXAMPLES, five_emails, register_tools
+from coordination import redis_client
+from runtime.credentials import write_secret
 
 console = Console()
 SESSION_API_PORT = 8460
@@ -121,7 +124,11 @@ def up(
         record = read_pidfile(place.pidfile(component.name))
         if record is not None and is_running(record):
             continue
-        started = spawn(component.argv, log_path=place.log(component.name), env=env)
+        started = spawn(
+            component.argv,
+            log_path=place.log(component.name),
+            env=role_env(env, component.name),  # NATS as its role only
+        )
         write_pidfile(place.pidfile(component.name), started)
     _retire_extra(place, {c.name for c in wanted})
     _await_health(place, wanted)
@@ -135,8 +142,8 @@ def up(
         "BH_HANDS_API_URL": f"http://127.0.0.1:{HANDS_API_PORT}",
         "BH_HANDS_API_TOKEN": env["BH_HANDS_API_TOKEN"],
     }
-    place.env_file.write_text("".join(f"export {k}='{v}'\n" for k, v in exports.items()))
-    place.env_file.chmod(0o600)
+    # it holds the API tokens: 0600 from its first byte (write_secret), never printed
+    write_secret(place.env_file, "".join(f"export {k}='{v}'\n" for k, v in exports.items()))
     _show(place)
     console.print(f'env written to {place.env_file}; load it with: eval "$(cat {place.env_file})"')
 
@@ -215,9 +222,8 @@ def _await_health(place: Layout, components: list[Component]) -> None:
 
 def await_routes(redis_url: str, namespace: str) -> None:
     """Brains take wakes once they advertised what they run: wait for the first."""
-    import redis
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client.connect_sync(redis_url)
     try:
         deadline = time.monotonic() + 60
         while not client.hlen(f"{namespace}:routes"):
@@ -265,9 +271,7 @@ def _secrets(place: Layout) -> dict[str, str]:
     if made.keys() <= saved.keys():
         return saved
     kept = made | saved
-    descriptor = os.open(place.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        json.dump(kept, file)
+    write_secret(place.secrets_file, json.dumps(kept))
     return kept
 
 

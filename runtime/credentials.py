@@ -93,5 +93,5 @@ def write_secret(path: Path, secret: str) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with open(descriptor, "w") as file:
-        file.write(secret + "\n")
+        file.write(secret if secret.endswith("\n") else secret + "\n")
     tmp.replace(path)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-import redis.asyncio
-
 from bus import Bus, BusSettings
 from contracts.model import Frozen
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
@@ -46,7 +45,7 @@ async def build(
             BusSettings(url=connections.nats_url, namespace=prefix), name="scheduler"
         )
         resources.push_async_callback(bus.close)
-    client = redis.asyncio.Redis.from_url(connections.redis_url)
+    client = redis_client.connect(connections.redis_url)
     resources.push_async_callback(client.aclose)
     routes = Routes(client, prefix=prefix)
     wakes = RQWakes(connections.redis_url, prefix=prefix, router=SessionRouter(store, routes))

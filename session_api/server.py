@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 
 from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
-from coordination import WakeQueue
+from coordination import WakeQueue, redis_client
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import Grant, grants_from_env
@@ -122,14 +122,13 @@ def rq_wakes(redis_url: str, prefix: str) -> WakesFactory:
 
     @contextlib.asynccontextmanager
     async def open_wakes(settings: SessionApiSettings) -> AsyncIterator[WakeQueue]:
-        import redis.asyncio
 
         from coordination.routes import Routes, SessionRouter
         from coordination.wakes import RQWakes
         from session_store import open_store
 
         store = await open_store(settings.store_url)
-        client = redis.asyncio.Redis.from_url(redis_url)
+        client = redis_client.connect(redis_url)
         router = SessionRouter(store, Routes(client, prefix=prefix))
         wakes = RQWakes(redis_url, prefix=prefix, router=router)
         try:

@@ -122,3 +122,30 @@ def nats_config(passwords: Mapping[str, str]) -> str:
         }
         users.append({"user": role, "password": passwords[role], "permissions": permissions})
     return "authorization " + json.dumps({"users": users}, indent=2) + "\n"
+
+
+# process name (or its prefix before "-<n>") -> NATS role; None: it never uses the bus
+_PROCESS_ROLES: Mapping[str, str | None] = {
+    "brain": "brain",
+    "hands": "hands",
+    "hands-api": "api",
+    "scheduler": "scheduler",
+    "session-api": None,
+}
+
+
+def role_env(env: Mapping[str, str], process: str) -> dict[str, str]:
+    """``env`` for one system process (``brain-2``, ``hands-api``...): ``BH_NATS_URL``
+    becomes its role's URL (``BH_NATS_URL_<ROLE>``, as ``bh dev env`` exports them) and
+    the other roles' URLs are dropped. A process of unknown name, or an env without role
+    URLs (a deployment's own), keeps its ``BH_NATS_URL``."""
+    base = process if process in _PROCESS_ROLES else process.rpartition("-")[0]
+    if base not in _PROCESS_ROLES:
+        return dict(env)
+    role = _PROCESS_ROLES[base]
+    kept = {name: value for name, value in env.items() if not name.startswith("BH_NATS_URL_")}
+    if role is None:
+        kept.pop("BH_NATS_URL", None)
+        return kept
+    own = env.get(f"BH_NATS_URL_{role.upper()}")
+    return kept if own is None else {**kept, "BH_NATS_URL": own}

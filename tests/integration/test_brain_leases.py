@@ -29,6 +29,7 @@ from brain.service import BrainService
 from brain.services import Services
 from brain.tools import LocalDispatcher, QueryAnswer, ToolSpec
 from contracts import Outcome, StoreUnavailable, utcnow
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.protocols import Lease
 from coordination.wakes import RQWakes
@@ -140,7 +141,7 @@ async def brain(
     ttl: float = 1.5,
     run: bool = True,
 ) -> AsyncIterator[BrainService]:
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     wakes = RQWakes(url, prefix=prefix)
     service = BrainService(
         runner=session_runner,

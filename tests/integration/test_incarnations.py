@@ -10,8 +10,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio
 
+from coordination import redis_client
 from coordination.incarnations import RedisIncarnations
 from runtime.incarnation import start_ticks, this_process
 from tests.support.services import require
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 async def incarnations() -> AsyncIterator[RedisIncarnations]:
-    client = redis.asyncio.Redis.from_url(require("BH_REDIS_URL", "Redis"))
+    client = redis_client.connect(require("BH_REDIS_URL", "Redis"))
     yield RedisIncarnations(client, prefix=f"t{uuid.uuid4().hex[:8]}")
     await client.aclose()
 

@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from contracts.errors import InvalidInput, LeaseLost, StoreUnavailable
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from tests.support.eventually import assert_eventually
 from tests.support.services import require
@@ -44,7 +45,7 @@ class Rig(NamedTuple):
 
 @asynccontextmanager
 async def open_rig(url: str, **options: Any) -> AsyncIterator[Rig]:
-    client = Redis.from_url(url, **options)
+    client = redis_client.connect(url, **options)
     leases = RedisLeases(client, prefix=f"bh-test-{uuid.uuid4().hex[:12]}")
     try:
         yield Rig(leases, client)

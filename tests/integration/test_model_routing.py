@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import redis.asyncio
 
 from brain.outcome import Done
 from brain.registry import Migration, Registry, TaskKind
 from contracts import CommitRecord
+from coordination import redis_client
 from coordination.routes import Routes, SessionRouter, model_offers, route_of
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
@@ -46,7 +46,7 @@ def test_a_model_is_offered_by_name_and_as_any() -> None:
 @pytest.fixture
 async def setting(tmp_path: Path) -> AsyncIterator[tuple[SessionStore, Routes]]:
     store = await open_store(f"sqlite:///{tmp_path}/store.db")
-    client = redis.asyncio.Redis.from_url(require("BH_REDIS_URL", "Redis"))
+    client = redis_client.connect(require("BH_REDIS_URL", "Redis"))
     try:
         yield store, Routes(client, prefix=f"t{uuid.uuid4().hex[:8]}")
     finally:

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import pytest
-import redis.asyncio
 
 from brain.context import PhaseContext
 from brain.outcome import Done, PhaseOutcome
@@ -19,6 +18,7 @@ from brain.registry import Registry
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from contracts import CONTROL_DOCUMENT, SubmissionStatus
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
@@ -43,7 +43,7 @@ async def brain(
     registry = Registry()
     for name_ in kinds:
         registry.add(kind(name_, {"start": _answer}))
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     routes = Routes(client, prefix=prefix)
     wakes = RQWakes(url, prefix=prefix, router=SessionRouter(store, routes))
     runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner(name)
@@ -74,7 +74,7 @@ async def test_a_session_no_brain_can_run_is_blocked_then_runs_on_a_compatible_o
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store = await location.open()
     client = SessionClient(store)
-    control = redis.asyncio.Redis.from_url(url)
+    control = redis_client.connect(url)
     wakes = RQWakes(url, prefix=prefix, router=SessionRouter(store, Routes(control, prefix=prefix)))
     async with brain(store, url, prefix, "brain-echo", ["echo"]):
         await client.submit("s1", "r1", {"task": {"kind": "other"}})

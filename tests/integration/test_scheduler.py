@@ -20,7 +20,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats.js.errors
 import pytest
-import redis.asyncio
 
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, Sleep
@@ -30,6 +29,7 @@ from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus
 from contracts import SubmissionStatus, TaskStatus, utcnow
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
 from hands.sandbox.process import ProcessSandbox
@@ -86,7 +86,7 @@ async def system(
     ledger = tmp_path / "ledger"
     tools = LocalDispatcher()
     tools.add_sandboxed(await store.tools.register(ledger_tool("act", ledger)))
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     leases = RedisLeases(client, prefix=prefix)
     wakes = RQWakes(url, prefix=prefix)
     async with scratch_bus() as bus:
@@ -176,7 +176,7 @@ async def test_shutdown_ends_the_scheduler_whichever_redis_call_its_loops_are_in
     prefix = f"t{uuid.uuid4().hex[:8]}"
     location, _ = new_location("sqlite", tmp_path)
     store = await location.open()
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     wakes = RQWakes(url, prefix=prefix)
     try:
         for attempt in range(40):
@@ -258,7 +258,7 @@ async def test_losing_redis_mid_run_delays_work_and_loses_none(
             await s.client.submit(session_id, "r1", {"task": {"kind": "caller", "input": 1.0}})
             await s.wakes.wake(session_id, reason="submission")
         await assert_eventually(lambda: _has_runs(s.ledger), within=20)
-        flush = redis.asyncio.Redis.from_url(on_db(require("BH_REDIS_URL", "Redis"), LOSS_DB))
+        flush = redis_client.connect(on_db(require("BH_REDIS_URL", "Redis"), LOSS_DB))
         await flush.flushdb()
         await flush.aclose()
         for session_id in sessions:

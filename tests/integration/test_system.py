@@ -3,7 +3,9 @@ task submitted through the Session API is driven by a Brain worker woken on RQ."
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -42,6 +44,17 @@ def system_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _secrets_kept_private(system: Path, started: subprocess.CompletedProcess[str]) -> None:
+    """The API tokens and the Hands secret are in 0600 files, in no output or log."""
+    for private in (system / "env", system / "secrets.json"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
+    secrets = json.loads((system / "secrets.json").read_text()).values()
+    logs = [path.read_text(errors="replace") for path in (system / "logs").glob("*.log")]
+    assert logs
+    shown = [started.stdout, started.stderr, *logs]
+    assert not [secret for secret in secrets if any(secret in text for text in shown)]
+
+
 def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
     env = system_env(tmp_path)
     started = bh(
@@ -70,6 +83,7 @@ def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
                 break
             assert time.monotonic() < deadline, view
             time.sleep(0.2)
+        _secrets_kept_private(tmp_path / "dev" / "system", started)
     finally:
         stopped = bh("down", env=env)
     assert stopped.returncode == 0, stopped.stderr

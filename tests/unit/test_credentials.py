@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bh.devstack.auth import OPERATOR, PERMISSIONS, ROLES, Secrets, nats_config
+from bh.devstack.auth import OPERATOR, PERMISSIONS, ROLES, Secrets, nats_config, role_env
 from contracts import InvalidInput
 from runtime.credentials import endpoint, read_secret, redact, write_secret
 
@@ -91,3 +91,19 @@ def test_the_nats_config_gives_each_role_its_permissions() -> None:
     assert "*.tools.results.>" in hands["allow"] and "*.tools.dispatch.>" not in hands["allow"]
     for role in PERMISSIONS:
         assert "$JS.API.STREAM.DELETE.>" in users[role]["permissions"]["publish"]["deny"]
+
+
+def test_each_system_process_gets_its_roles_nats_url_only() -> None:
+    env = {
+        "BH_NATS_URL": "nats://operator@h:1?passfile=/s/nats-operator.pass",
+        **{f"BH_NATS_URL_{role.upper()}": f"nats://{role}@h:1" for role in PERMISSIONS},
+        "OTHER": "x",
+    }
+    assert role_env(env, "brain-2") == {"BH_NATS_URL": "nats://brain@h:1", "OTHER": "x"}
+    assert role_env(env, "hands-api")["BH_NATS_URL"] == "nats://api@h:1"
+    assert role_env(env, "hands-1")["BH_NATS_URL"] == "nats://hands@h:1"
+    assert role_env(env, "scheduler")["BH_NATS_URL"] == "nats://scheduler@h:1"
+    assert role_env(env, "session-api") == {"OTHER": "x"}
+    assert role_env(env, "email-service") == env  # not a system process: left as it is
+    deployment = {"BH_NATS_URL": "nats://svc@h:1"}  # no role URLs: its own choice stands
+    assert role_env(deployment, "brain-1") == deployment
