@@ -21,28 +21,38 @@ accepted, a stale-fence commit accepted — makes the run (and the command) fail
 seed and the schedule are printed, so a failing run can be replayed.
 """
 
-from __future__ import annotations
-
 import asyncio
 import contextlib
 import os
 import random
 import secrets
 import signal
-import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-import redis.asyncio
 import typer
-from rich.console import Console
 
+from bh.chaos_cancel import CancelStorms
+from bh.chaos_check import check, fenced_in_logs
+from bh.chaos_clients import redis_client
+from bh.chaos_forge import Forger
+from bh.chaos_infra import (
+    Infra,
+    pause_redis,
+    purge_streams,
+    restart_docker,
+    restart_nats,
+    store_outage,
+    wipe_nats,
+)
+from bh.chaos_plan import FAULTS, FaultPlan, UnknownFault, select
+from bh.chaos_report import ChaosReport, show
 from bh.chaos_services import (
     EMAIL_SEND,
     MODEL_CALL,
@@ -52,27 +62,17 @@ from bh.chaos_services import (
     owner_of,
 )
 from bh.fleet import Fleet, until_up
-from contracts import CommitRecord, ReplayPolicy
+from contracts import ReplayPolicy
 from contracts.tool import ToolDefinition
-from examples.emails.wire import Ledger
 from runtime.cancellation import cancel_and_wait
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from webapi.server import free_port
 
-console = Console()
-FAULTS = (
-    "kill_brain",
-    "kill_brain_mid_model",
-    "kill_brain_mid_tool",
-    "stop_brain",
-    "kill_hands",
-    "restart_nats",
-    "flush_redis",
-    "restart_scheduler",
-    "restart_api",
-)
+__all__ = ["FAULTS", "ChaosConfig", "ChaosReport", "run_chaos", "show"]
+
 LEASE_SECONDS = 2.0
+#: the scheduler looks at open intents this often (re-issuing lost dispatches)
+REISSUE_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -81,40 +81,43 @@ class ChaosConfig:
     sessions: int = 12
     brains: int = 3
     hands: int = 2
-    faults: tuple[str, ...] = FAULTS
+    #: the kinds of the run (``bh.chaos_plan.select``: the Docker-only ones need
+    #: ``hands_sandbox="docker"``)
+    faults: tuple[str, ...] = select()
     fault_every: float = 2.0
-    #: faults after the first round until this many Brain kills (0: until work is done)
+    #: every kind this many times first
+    min_each: int = 1
+    #: then faults at random until this many Brain kills (0: none more)
     brain_kills: int = 0
+    hands_sandbox: str = "process"
     deadline: float = 240.0
     work: Path = Path("/tmp/bh-chaos")
-
-
-@dataclass
-class ChaosReport:
-    seed: int
-    schedule: list[tuple[float, str, str]] = field(default_factory=list)
-    submitted: int = 0
-    completed: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
-    #: tasks failed by the restart limit: a phase whose executor was killed that often
-    restart_limited: list[str] = field(default_factory=list)
-    stuck: list[str] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)
-    executions: Counter[str] = field(default_factory=Counter)
-    applications: Counter[str] = field(default_factory=Counter)
-    fenced_refusals: int = 0
-    stale_commits: list[str] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
     """One seeded run; the report lists every violation found."""
     async with chaos_services() as services:
         return await _run(config, services)
+
+
+@dataclass
+class _Run:
+    """One run's processes, clients and fault state."""
+
+    config: ChaosConfig
+    services: ChaosServices
+    fleet: Fleet
+    report: ChaosReport
+    infra: Infra
+    forger: Forger
+    storms: CancelStorms
+    #: set when the run ends: a fault still holding something lets go
+    ending: threading.Event
+    #: model rounds already killed inside (a round killed 3 times fails on purpose)
+    killed_rounds: set[str]
+
+    def named(self, prefix: str) -> list[str]:
+        return [name for name in self.fleet.argv if name.startswith(prefix)]
 
 
 async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
@@ -125,15 +128,16 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
     namespace = f"c{uuid.uuid4().hex[:8]}"
     port = free_port()
     token = secrets.token_urlsafe(24)
-    store_url = f"sqlite:///{work / 'store.db'}"
+    store_path = work / "store.db"
+    store_url = f"sqlite:///{store_path}"
     ledger = work / "ledger"
     env = {
-        **os.environ,
+        **os.environ,  # the dev stack's URLs, with the credentials they name
         "PYTHONUNBUFFERED": "1",
         "BH_STORE_URL": store_url,
         "BH_NAMESPACE": namespace,
         "BH_SESSION_API_TOKEN": token,
-        "BH_HANDS_SANDBOX": "process",
+        "BH_HANDS_SANDBOX": config.hands_sandbox,
         "BH_HANDS_PROCESS_ROOT": str(work / "runs"),
         "BH_HANDS_ACK_WAIT": "5",
         "BH_HANDS_SECRET": secrets.token_hex(16),
@@ -142,31 +146,60 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
     store = await open_store(store_url)
     await store.tools.register(_count_tool(ledger))
     fleet = Fleet(work, env, _argv(config, port))
+    api = f"http://127.0.0.1:{port}"
+    run = _Run(
+        config,
+        services,
+        fleet,
+        report,
+        Infra(env, namespace, store_path),
+        Forger(env, namespace, work),
+        CancelStorms(api, token, store),
+        threading.Event(),
+        set(),
+    )
     for name in fleet.argv:
         fleet.start(name)
-    api = f"http://127.0.0.1:{port}"
     try:
         await until_up(f"{api}/healthz")
         every_kind = asyncio.Event()
         submitting = asyncio.create_task(_submit_all(api, token, config, rng, report))
-        faults = asyncio.create_task(_inject(fleet, services, config, rng, report, env, every_kind))
+        faults = asyncio.create_task(_inject(run, every_kind))
         await submitting
-        await asyncio.wait_for(every_kind.wait(), config.deadline)
-        await _settle(store, config, report)
+        waiting = asyncio.create_task(every_kind.wait())
+        await asyncio.wait(
+            {waiting, faults}, timeout=config.deadline, return_when=asyncio.FIRST_COMPLETED
+        )
+        await cancel_and_wait(waiting)
+        if faults.done():
+            faults.result()  # a fault that failed ends the run, with its error
+        if not every_kind.is_set():
+            raise TimeoutError(f"the faults did not all happen in {config.deadline} s")
+        await _settle(store, config)
         for error in await cancel_and_wait(faults):
             raise error
     finally:
+        run.ending.set()
         fleet.stop_all()
-    report.fenced_refusals = await asyncio.to_thread(_fenced_in_logs, work)
-    await _check(store, ledger, services.ledger(), config, report)
+    report.fenced_refusals = await asyncio.to_thread(fenced_in_logs, work)
+    await check(
+        store,
+        config.sessions,
+        ledger,
+        services.ledger(),
+        report,
+        forger=run.forger,
+        storms=run.storms,
+    )
     await store.close()
     return report
 
 
 def _argv(config: ChaosConfig, port: int) -> dict[str, list[str]]:
     python = sys.executable
+    reissue = ("--reissue-seconds", str(REISSUE_SECONDS))
     argv = {
-        "scheduler": [python, "-m", "scheduler", "--reconcile-seconds", "2"],
+        "scheduler": [python, "-m", "scheduler", "--reconcile-seconds", "2", *reissue],
         "session-api": [python, "-m", "session_api", "--port", str(port)],
     }
     brain = [python, "-m", "brain", "worker", "--plugin", "examples.chaos.workload:plugin"]
@@ -175,7 +208,7 @@ def _argv(config: ChaosConfig, port: int) -> dict[str, list[str]]:
     for n in range(1, config.brains + 1):
         argv[f"brain-{n}"] = brain
     for n in range(1, config.hands + 1):
-        argv[f"hands-{n}"] = [python, "-m", "hands", "--sandbox", "process"]
+        argv[f"hands-{n}"] = [python, "-m", "hands", "--sandbox", config.hands_sandbox]
     return argv
 
 
@@ -221,6 +254,10 @@ async def _submit_all(
 ) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     bodies = [_workload(rng, n) for n in range(config.sessions)]
+    plan = FaultPlan.seeded(
+        config.faults, random.Random(), min_each=config.min_each, brain_kills=config.brain_kills
+    )
+    spread = plan.expected_faults() * config.fault_every / config.sessions
     async with httpx.AsyncClient(headers=headers, timeout=10) as client:
         for number, body in enumerate(bodies):
             url = f"{api}/v1/sessions/s{number}/submissions"
@@ -232,104 +269,146 @@ async def _submit_all(
                         break
                 await asyncio.sleep(0.3)
             # spread over the faults' period, so they hit work in flight
-            rounds = len(config.faults) + 1.5 * config.brain_kills
-            await asyncio.sleep(max(0.2, rounds * config.fault_every / config.sessions))
+            await asyncio.sleep(max(0.2, spread))
 
 
-async def _inject(
-    fleet: Fleet,
-    services: ChaosServices,
-    config: ChaosConfig,
-    rng: random.Random,
-    report: ChaosReport,
-    env: dict[str, str],
-    every_kind: asyncio.Event,
-) -> None:
+async def _inject(run: _Run, every_kind: asyncio.Event) -> None:
+    config = run.config
+    rng = random.Random(f"faults-{config.seed}")
+    plan = FaultPlan.seeded(
+        config.faults, rng, min_each=config.min_each, brain_kills=config.brain_kills
+    )
     started = time.monotonic()
-    order = list(config.faults)
-    rng.shuffle(order)  # every kind once first, then drawn at random;
-    order.sort(key=lambda kind: "_mid_" not in kind)  # kills inside calls while work flows
-    brains = [n for n in fleet.argv if n.startswith("brain-")]
-    hands = [n for n in fleet.argv if n.startswith("hands-")]
-    killed_rounds: set[str] = set()
     while True:
         await asyncio.sleep(config.fault_every * rng.uniform(0.5, 1.5))
-        more_kills = ["kill_brain", "kill_brain_mid_model", "kill_brain_mid_tool"]
-        fault = order.pop(0) if order else rng.choice([*config.faults, *more_kills])
-        target = ""
-        if fault == "kill_brain":
-            target = rng.choice(brains)
-            fleet.kill(target)
-            fleet.start(target)
-        elif fault in ("kill_brain_mid_model", "kill_brain_mid_tool"):
-            watched = services.model if fault == "kill_brain_mid_model" else services.email
-            call = MODEL_CALL if fault == "kill_brain_mid_model" else EMAIL_SEND
-            target = await _kill_in_call(fleet, brains, watched, call, rng, killed_rounds)
-        elif fault == "stop_brain":
-            target = rng.choice(brains)
-            fleet.signal(target, signal.SIGSTOP)
-            await asyncio.sleep(LEASE_SECONDS * 2)  # past its lease
-            fleet.signal(target, signal.SIGCONT)
-        elif fault == "kill_hands":
-            target = rng.choice(hands)
-            fleet.kill(target)
-            fleet.start(target)
-        elif fault == "restart_nats":
-            done = await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "bh.cli", "dev", "restart", "nats"],
-                capture_output=True,
-                check=False,
-            )
-            target = "ok" if done.returncode == 0 else "not ours: skipped"
-        elif fault == "flush_redis":
-            client = redis.asyncio.Redis.from_url(env["BH_REDIS_URL"])
-            await client.flushall()
-            await client.aclose()
-        else:
-            target = "scheduler" if fault == "restart_scheduler" else "session-api"
-            fleet.kill(target)
-            fleet.start(target)
-        report.schedule.append((round(time.monotonic() - started, 2), fault, target))
-        kills = sum(1 for _, kind, _ in report.schedule if kind.startswith("kill_brain"))
-        if not order and kills >= config.brain_kills:
+        fault = plan.next(rng)
+        moment = round(time.monotonic() - started, 2)
+        target = await _FAULTS[fault](run, rng)
+        run.report.schedule.append((moment, fault, target))
+        if plan.done():
             every_kind.set()
 
 
-async def _kill_in_call(
-    fleet: Fleet,
-    brains: list[str],
-    watched: InFlight,
-    call: str,
-    rng: random.Random,
-    killed: set[str],
+async def _kill_brain(run: _Run, rng: random.Random) -> str:
+    target = rng.choice(run.named("brain-"))
+    run.fleet.kill(target)
+    run.fleet.start(target)
+    return target
+
+
+async def _kill_mid_model(run: _Run, rng: random.Random) -> str:
+    return await _in_call(run, rng, run.services.model, MODEL_CALL, freeze=False)
+
+
+async def _kill_mid_tool(run: _Run, rng: random.Random) -> str:
+    return await _in_call(run, rng, run.services.email, EMAIL_SEND, freeze=False)
+
+
+async def _freeze_mid_tool(run: _Run, rng: random.Random) -> str:
+    return await _in_call(run, rng, run.services.email, EMAIL_SEND, freeze=True)
+
+
+async def _stop_brain(run: _Run, rng: random.Random) -> str:
+    target = rng.choice(run.named("brain-"))
+    await _freeze(run.fleet, target)
+    return target
+
+
+async def _freeze(fleet: Fleet, name: str) -> None:
+    """SIGSTOP past the lease (2 s) and its takeover margin, then SIGCONT."""
+    fleet.signal(name, signal.SIGSTOP)
+    await asyncio.sleep(LEASE_SECONDS * 2)
+    fleet.signal(name, signal.SIGCONT)
+
+
+async def _kill_hands(run: _Run, rng: random.Random) -> str:
+    target = rng.choice(run.named("hands-"))
+    run.fleet.kill(target)
+    run.fleet.start(target)
+    return target
+
+
+async def _restart(run: _Run, name: str) -> str:
+    run.fleet.kill(name)
+    run.fleet.start(name)
+    return name
+
+
+async def _flush_redis(run: _Run, rng: random.Random) -> str:
+    client = redis_client(run.infra.env["BH_REDIS_URL"])
+    try:
+        await client.flushall()
+    finally:
+        await client.aclose()
+    return ""
+
+
+def _a_session(run: _Run, rng: random.Random) -> str:
+    return f"s{rng.randrange(max(run.report.submitted, 1))}"
+
+
+Fault = Any  # async (run, rng) -> what it did
+_FAULTS: dict[str, Fault] = {
+    "kill_brain": _kill_brain,
+    "kill_brain_mid_model": _kill_mid_model,
+    "kill_brain_mid_tool": _kill_mid_tool,
+    "stop_brain": _stop_brain,
+    "freeze_brain_mid_tool": _freeze_mid_tool,
+    "kill_hands": _kill_hands,
+    "restart_nats": lambda run, rng: restart_nats(),
+    "flush_redis": _flush_redis,
+    "restart_scheduler": lambda run, rng: _restart(run, "scheduler"),
+    "restart_api": lambda run, rng: _restart(run, "session-api"),
+    "purge_streams": lambda run, rng: purge_streams(run.infra),
+    "wipe_nats": lambda run, rng: wipe_nats(run.infra),
+    "store_outage": lambda run, rng: store_outage(run.infra, rng, run.ending),
+    "pause_redis": lambda run, rng: pause_redis(run.infra, rng),
+    "forge_dispatch": lambda run, rng: run.forger.dispatch(_a_session(run, rng)),
+    "forge_result": lambda run, rng: run.forger.result(_a_session(run, rng)),
+    "forge_wake": lambda run, rng: run.forger.wake(rng),
+    "cancel_storm": lambda run, rng: run.storms.storm(run.report.submitted, rng),
+    "restart_docker": lambda run, rng: restart_docker(),
+}
+assert set(_FAULTS) == set(FAULTS)
+
+
+async def _in_call(
+    run: _Run, rng: random.Random, watched: InFlight, call: str, *, freeze: bool
 ) -> str:
-    """SIGKILL (and restart) a Brain while it is inside ``call``: the first one seen in
-    it within 30 s; a random Brain, said so, when none is."""
-    by_pid = {fleet.processes[name].pid: name for name in brains}
+    """SIGKILL (and restart) a Brain — or, with ``freeze``, SIGSTOP it past its lease,
+    then SIGCONT — while it is inside ``call``: the first one seen in it within 30 s;
+    a random Brain, said so, when none is."""
+    brains = run.named("brain-")
+    by_pid = {run.fleet.processes[name].pid: name for name in brains}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for port, request_id in watched.calls(call):
             # A model call is named task.round.attempt: kill each round once, so the
             # kills do not add up to the crash limit that fails a phase on purpose.
             round_ = request_id.rpartition(".a")[0]
-            if round_ and round_ in killed:
+            if round_ and round_ in run.killed_rounds:
                 continue
             owner = await asyncio.to_thread(owner_of, port)
             name = by_pid.get(owner) if owner is not None else None
             if name is not None:
-                fleet.kill(name)
-                fleet.start(name)
-                killed.add(round_)
+                await _hit(run.fleet, name, freeze=freeze)
+                run.killed_rounds.add(round_)
                 return f"{name} (in {call} {request_id})".rstrip()
         await asyncio.sleep(0.05)
     name = rng.choice(brains)
-    fleet.kill(name)
-    fleet.start(name)
-    return f"{name} (nothing in {call} for 30 s: killed anyway)"
+    await _hit(run.fleet, name, freeze=freeze)
+    return f"{name} (nothing in {call} for 30 s: hit anyway)"
 
 
-async def _settle(store: SessionStore, config: ChaosConfig, report: ChaosReport) -> None:
+async def _hit(fleet: Fleet, name: str, *, freeze: bool) -> None:
+    if freeze:
+        await _freeze(fleet, name)
+    else:
+        fleet.kill(name)
+        fleet.start(name)
+
+
+async def _settle(store: SessionStore, config: ChaosConfig) -> None:
     deadline = time.monotonic() + config.deadline
     pending = {f"s{n}" for n in range(config.sessions)}
     while pending and time.monotonic() < deadline:
@@ -341,130 +420,6 @@ async def _settle(store: SessionStore, config: ChaosConfig, report: ChaosReport)
         await asyncio.sleep(1)
 
 
-async def _check(
-    store: SessionStore, ledger: Path, emails: Ledger, config: ChaosConfig, report: ChaosReport
-) -> None:
-    for n in range(config.sessions):
-        session_id, request_id = f"s{n}", f"r{n}"
-        handle = await store.session(session_id)
-        submission = await handle.submission(request_id)
-        if submission is None:
-            report.lost.append(session_id)
-            continue
-        if not submission.status.is_final:
-            report.stuck.append(session_id)
-        elif submission.status.value == "answered":
-            report.completed += 1
-        else:
-            error = submission.error
-            report.failed[session_id] = error.message if error else submission.status.value
-        await _check_log(store, session_id, report)
-        report.violations += await _unexpected_failures(store, session_id, report)
-    report.executions.update(await asyncio.to_thread(_ledger, ledger))
-    # the email service keeps each operation's message once; a second POST of an
-    # operation it had already accepted is a send repeated without verifying first
-    report.executions.update(message.operation_id for message in emails.messages)
-    report.violations += [
-        f"email sent again after it was accepted: {op} ({count} requests)"
-        for op, count in emails.requests.items()
-        if count > 1
-    ]
-    twice = [op for op, count in report.executions.items() if count > 1]
-    applied_twice = [op for op, count in report.applications.items() if count > 1]
-    report.violations += [f"lost submission {s}" for s in report.lost]
-    report.violations += [f"stuck session {s}" for s in report.stuck]
-    report.violations += [f"operation executed twice: {op}" for op in twice]
-    report.violations += [f"result applied twice: {op}" for op in applied_twice]
-    report.violations += [f"stale-fence commit accepted: {c}" for c in report.stale_commits]
-    unexpected = [s for s, why in report.failed.items() if not _as_designed(why)]
-    report.violations += [f"failed for another reason: {s}: {report.failed[s]}" for s in unexpected]
-    never = sorted(set(report.executions) - set(report.applications))
-    report.violations += [f"executed, result never applied: {op}" for op in never]
-
-
-#: Failures the design calls for: the workload's failing tool, and the restart limit
-#: (a phase whose executor was killed ``max_crashes`` times fails its task: under
-#: dozens of Brain kills, a phase is sometimes in every one of them).
-_DESIGNED = ("asked to fail", "crashed its executor")
-
-
-def _as_designed(why: str) -> bool:
-    return any(reason in why for reason in _DESIGNED)
-
-
-async def _unexpected_failures(
-    store: SessionStore, session_id: str, report: ChaosReport
-) -> list[str]:
-    """Tasks (subtasks included) that failed for a reason the design does not call for."""
-    found = []
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        record = decode(data, CommitRecord, where=item)
-        for task in record.commit.tasks:
-            error = task.error.message if task.error else ""
-            if task.outcome is None or task.outcome.value != "failed":
-                continue
-            if task.error is not None and task.error.code == "restart_limit":
-                report.restart_limited.append(f"{session_id}/{task.id}")
-            elif not _as_designed(error) and "subtask" not in error:
-                found.append(f"task {session_id}/{task.id} failed: {error[:200]}")
-    return found
-
-
-def _fenced_in_logs(work: Path) -> int:
-    """Drives a Brain dropped because a newer holder took the session (store refusal or
-    lost lease), as the Brains logged them."""
-    marks = ("fenced out", "lease lost")
-    return sum(
-        line.count(mark)
-        for log in work.glob("brain-*.log")
-        for line in log.read_text(errors="replace").splitlines()
-        for mark in marks
-    )
-
-
-def _ledger(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
-
-
-async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) -> None:
-    highest = 0
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        record = decode(data, CommitRecord, where=item)
-        report.applications.update(record.commit.applied_operations)
-        if record.claim:
-            highest = max(highest, record.fence)
-        elif record.writer_fence is not None and record.writer_fence < highest:
-            report.stale_commits.append(f"{session_id}@{record.seq}")
-
-
-def show(report: ChaosReport) -> None:
-    console.print(f"[bold]seed {report.seed}[/] — fault schedule (seconds, fault, target):")
-    for moment, fault, target in report.schedule:
-        console.print(f"  {moment:7.2f}  {fault:18} {target}")
-    console.print(
-        f"sessions submitted {report.submitted}, completed {report.completed}, "
-        f"failed {len(report.failed)} (as designed: a failing tool, or the restart limit), "
-        f"stuck {len(report.stuck)}, lost {len(report.lost)}"
-    )
-    if report.restart_limited:
-        console.print(
-            f"tasks failed by the restart limit (their phase's executor killed 3 times): "
-            f"{len(report.restart_limited)}: {', '.join(report.restart_limited)}"
-        )
-    console.print(
-        f"operations executed {sum(report.executions.values())} "
-        f"({len(report.executions)} distinct), results applied "
-        f"{sum(report.applications.values())} ({len(report.applications)} distinct), "
-        f"drives dropped by fencing {report.fenced_refusals}, "
-        f"stale-fence commits accepted {len(report.stale_commits)}"
-    )
-    if report.violations:
-        for violation in report.violations:
-            console.print(f"[red]VIOLATION[/] {violation}")
-    else:
-        console.print("[green]no violation[/]")
-
-
 def chaos(
     seed: Annotated[int, typer.Option(help="the fault schedule's seed")] = 1,
     runs: Annotated[int, typer.Option(help="runs, seeds seed..seed+runs-1")] = 1,
@@ -473,9 +428,26 @@ def chaos(
     hands: Annotated[int, typer.Option(help="Hands")] = 2,
     fault_every: Annotated[float, typer.Option(help="mean seconds between faults")] = 2.0,
     brain_kills: Annotated[int, typer.Option(help="go on until this many Brain kills")] = 0,
+    min_each: Annotated[int, typer.Option(help="every fault kind at least this often")] = 1,
+    faults: Annotated[
+        list[str] | None, typer.Option("--fault", help="only this kind (repeatable)")
+    ] = None,
+    skip: Annotated[
+        list[str] | None, typer.Option("--skip-fault", help="not this kind (repeatable)")
+    ] = None,
+    hands_sandbox: Annotated[
+        str, typer.Option(help="process, or docker (enables restart_docker)")
+    ] = "process",
     deadline: Annotated[float, typer.Option(help="seconds to wait for the work")] = 600,
 ) -> None:
-    """Run the system under seeded faults and check the invariants (needs `bh dev up`)."""
+    """Run the system under seeded faults and check the invariants (needs `bh dev up`).
+
+    Fault kinds: see docs/chaos.md (`bh.chaos_plan.FAULTS`); restart_docker needs
+    --hands-sandbox docker."""
+    try:
+        kinds = select(faults or (), skip or (), sandbox=hands_sandbox)
+    except UnknownFault as error:
+        raise typer.BadParameter(str(error)) from None
     failed = 0
     for offset in range(runs):
         config = ChaosConfig(
@@ -483,8 +455,11 @@ def chaos(
             sessions=sessions,
             brains=brains,
             hands=hands,
+            faults=kinds,
             fault_every=fault_every,
+            min_each=min_each,
             brain_kills=brain_kills,
+            hands_sandbox=hands_sandbox,
             deadline=deadline,
         )
         report = asyncio.run(run_chaos(config))

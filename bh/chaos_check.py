@@ -1,0 +1,142 @@
+"""The invariants a chaos run is judged by, read from the store and the ledgers at the end.
+
+Violations: a lost submission or a stuck session; an operation executed twice; an email
+POSTed again after it was accepted; a result applied twice, or executed and never
+applied (unless a cancel storm cancelled its task and its result records the effect); a
+task failed for a reason the design does not call for; a stale-fence commit accepted;
+a forged message that ran anything or was not refused and counted; a cancelled
+operation whose effect happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bh.chaos_cancel import CancelStorms
+from bh.chaos_forge import Forger
+from bh.chaos_report import ChaosReport
+from contracts import CommitRecord
+from examples.emails.wire import Ledger
+from session_store import SessionStore, layout
+from session_store.codec import decode
+
+#: Failures the design calls for: the workload's failing tool, and the restart limit
+#: (a phase whose executor was killed ``max_crashes`` times fails its task: under
+#: dozens of Brain kills, a phase is sometimes in every one of them).
+_DESIGNED = ("asked to fail", "crashed its executor")
+
+
+async def check(
+    store: SessionStore,
+    sessions: int,
+    ledger: Path,
+    emails: Ledger,
+    report: ChaosReport,
+    *,
+    forger: Forger,
+    storms: CancelStorms,
+) -> None:
+    for n in range(sessions):
+        await _check_session(store, f"s{n}", f"r{n}", report)
+    report.executions.update(await asyncio.to_thread(_ledger, ledger))
+    # the email service keeps each operation's message once; a second POST of an
+    # operation it had already accepted is a send repeated without verifying first
+    report.executions.update(message.operation_id for message in emails.messages)
+    report.violations += [
+        f"email sent again after it was accepted: {op} ({count} requests)"
+        for op, count in emails.requests.items()
+        if count > 1
+    ]
+    twice = [op for op, count in report.executions.items() if count > 1]
+    applied_twice = [op for op, count in report.applications.items() if count > 1]
+    report.violations += [f"lost submission {s}" for s in report.lost]
+    report.violations += [f"stuck session {s}" for s in report.stuck]
+    report.violations += [f"operation executed twice: {op}" for op in twice]
+    report.violations += [f"result applied twice: {op}" for op in applied_twice]
+    report.violations += [f"stale-fence commit accepted: {c}" for c in report.stale_commits]
+    unexpected = [
+        s
+        for s, why in report.failed.items()
+        if not _as_designed(why, cancelled=s in storms.stormed)
+    ]
+    report.violations += [f"failed for another reason: {s}: {report.failed[s]}" for s in unexpected]
+    executed = set(report.executions)
+    cancel_found, recorded = await storms.check(executed)
+    report.violations += cancel_found
+    never = sorted(executed - set(report.applications) - recorded)
+    report.violations += [f"executed, result never applied: {op}" for op in never]
+    report.violations += await forger.check(store, executed, set(report.applications))
+    report.forged = forger.summary()
+    report.stormed = dict(storms.stormed)
+
+
+async def _check_session(
+    store: SessionStore, session_id: str, request_id: str, report: ChaosReport
+) -> None:
+    handle = await store.session(session_id)
+    submission = await handle.submission(request_id)
+    if submission is None:
+        report.lost.append(session_id)
+        return
+    if not submission.status.is_final:
+        report.stuck.append(session_id)
+    elif submission.status.value == "answered":
+        report.completed += 1
+    else:
+        error = submission.error
+        status = submission.status.value
+        report.failed[session_id] = status if status == "cancelled" or not error else error.message
+    await _check_log(store, session_id, report)
+    report.violations += await _unexpected_failures(store, session_id, report)
+
+
+def _as_designed(why: str, *, cancelled: bool = False) -> bool:
+    if cancelled and ("cancel" in why):
+        return True
+    return any(reason in why for reason in _DESIGNED)
+
+
+async def _unexpected_failures(
+    store: SessionStore, session_id: str, report: ChaosReport
+) -> list[str]:
+    """Tasks (subtasks included) that failed for a reason the design does not call for."""
+    found = []
+    for item, data in await store.backend.items(layout.log_partition(session_id)):
+        record = decode(data, CommitRecord, where=item)
+        for task in record.commit.tasks:
+            error = task.error.message if task.error else ""
+            if task.outcome is None or task.outcome.value != "failed":
+                continue
+            if task.error is not None and task.error.code == "restart_limit":
+                report.restart_limited.append(f"{session_id}/{task.id}")
+            elif not _as_designed(error) and "subtask" not in error:
+                found.append(f"task {session_id}/{task.id} failed: {error[:200]}")
+    return found
+
+
+def fenced_in_logs(work: Path) -> int:
+    """Drives a Brain dropped because a newer holder took the session (store refusal or
+    lost lease), as the Brains logged them."""
+    marks = ("fenced out", "lease lost")
+    return sum(
+        line.count(mark)
+        for log in work.glob("brain-*.log")
+        for line in log.read_text(errors="replace").splitlines()
+        for mark in marks
+    )
+
+
+def _ledger(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) -> None:
+    highest = 0
+    for item, data in await store.backend.items(layout.log_partition(session_id)):
+        record = decode(data, CommitRecord, where=item)
+        report.applications.update(record.commit.applied_operations)
+        if record.claim:
+            highest = max(highest, record.fence)
+        elif record.writer_fence is not None and record.writer_fence < highest:
+            report.stale_commits.append(f"{session_id}@{record.seq}")

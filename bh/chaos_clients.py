@@ -1,0 +1,94 @@
+"""The harness's own NATS and Redis clients: as an insider (the credentials the run's
+URLs name, the password read from the ``passfile`` a URL names) or anonymous (the same
+server, no credential at all) — the client forged messages come from first.
+
+A URL names a user and the file holding its password, never the password
+(``nats://brain@host:4222?passfile=/secrets/nats-brain.pass``); a dev stack's
+``nats-<role>.pass`` files sit side by side, so ``as_role`` gives another role's URL.
+"""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import nats
+import nats.errors
+import redis.asyncio
+from nats.aio.client import Client
+
+PASSFILE = "passfile"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.username is not None or self.password is not None
+
+
+def endpoint(url: str) -> Endpoint:
+    """``url`` without credentials, and its user and password (from its ``passfile``)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    passfiles = [value for name, value in query if name == PASSFILE]
+    rest = [(name, value) for name, value in query if name != PASSFILE]
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port is not None else "")
+    bare = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), parts.fragment))
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    if passfiles:
+        path = Path(passfiles[-1])
+        if path.stat().st_mode & stat.S_IROTH:
+            raise ValueError(f"the password file {path} is readable by others")
+        password = path.read_text().strip()
+    return Endpoint(bare, username, password)
+
+
+def as_role(url: str, role: str) -> str:
+    """The URL of the same server as another NATS role of a dev stack
+    (``nats-<role>.pass`` beside the URL's password file); ``url`` when there is none."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    passfiles = [Path(value) for name, value in query if name == PASSFILE]
+    if not passfiles or not parts.username:
+        return url
+    other = passfiles[-1].with_name(f"nats-{role}.pass")
+    if not other.exists():
+        return url
+    rest = [(n, v) for n, v in query if n != PASSFILE] + [(PASSFILE, str(other))]
+    netloc = f"{role}@{parts.hostname}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), parts.fragment))
+
+
+async def nats_client(url: str, *, anonymous: bool = False) -> Client:
+    """A NATS connection that gives up quickly (the harness's, not a service's)."""
+    found = endpoint(url)
+    credentials = {} if anonymous else {"user": found.username, "password": found.password}
+    return await nats.connect(
+        found.url,
+        connect_timeout=5,
+        max_reconnect_attempts=0,
+        allow_reconnect=False,
+        **{name: value for name, value in credentials.items() if value is not None},
+    )
+
+
+def redis_client(url: str, *, anonymous: bool = False) -> redis.asyncio.Redis:
+    found = endpoint(url)
+    if anonymous:
+        return redis.asyncio.Redis.from_url(found.url)
+    return redis.asyncio.Redis.from_url(found.url, username=found.username, password=found.password)
+
+
+def redis_sync_url(url: str) -> tuple[str, dict[str, str]]:
+    """A blocking client's URL and credential keywords (RQ wants a blocking client)."""
+    found = endpoint(url)
+    credentials = {"username": found.username, "password": found.password}
+    return found.url, {name: value for name, value in credentials.items() if value is not None}
