@@ -175,7 +175,7 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
             faults.result()  # a fault that failed ends the run, with its error
         if not every_kind.is_set():
             raise TimeoutError(f"the faults did not all happen in {config.deadline} s")
-        await _settle(store, config)
+        await _settle(store, [f"s{n}" for n in range(config.sessions)] + run.storms.own, config)
         for error in await cancel_and_wait(faults):
             raise error
     finally:
@@ -408,9 +408,9 @@ async def _hit(fleet: Fleet, name: str, *, freeze: bool) -> None:
         fleet.start(name)
 
 
-async def _settle(store: SessionStore, config: ChaosConfig) -> None:
+async def _settle(store: SessionStore, sessions: list[str], config: ChaosConfig) -> None:
     deadline = time.monotonic() + config.deadline
-    pending = {f"s{n}" for n in range(config.sessions)}
+    pending = set(sessions)
     while pending and time.monotonic() < deadline:
         for session_id in sorted(pending):
             handle = await store.session(session_id)

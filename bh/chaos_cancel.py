@@ -10,7 +10,10 @@ an operator; a stormed session ends (answered, failed or cancelled), never stuck
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -23,6 +26,17 @@ PER_STORM = 2
 REPEATS = 3
 
 
+#: the storm's own sessions: long enough to be cancelled queued, and running
+_LONG = {"task": {"kind": "steps", "input": {"n": 4, "seconds": 1.0}}}
+#: how long a storm waits for its running session's first operation to be claimed
+_RUNNING_WITHIN = 15.0
+
+
+def request_of(session_id: str) -> str:
+    """The one submission's request id of a chaos session (``s3``: ``r3``)."""
+    return f"r{session_id[1:]}"
+
+
 @dataclass
 class CancelStorms:
     api: str
@@ -30,32 +44,66 @@ class CancelStorms:
     store: SessionStore
     #: session id -> what it was doing when the storm hit it, and the API's answers
     stormed: dict[str, str] = field(default_factory=dict)
+    #: sessions the storms submitted themselves (``c0``, ``c1``...)
+    own: list[str] = field(default_factory=list)
 
     async def storm(self, submitted: int, rng: random.Random) -> str:
-        sessions = [f"s{n}" for n in range(submitted) if f"s{n}" not in self.stormed]
-        running: list[tuple[str, str]] = []
-        for session_id in sessions:
-            for operation in await self.store.list_operations(session_id):
-                if operation.status in (OperationStatus.ACCEPTED, OperationStatus.RUNNING):
-                    running.append((session_id, f"running {operation.operation_id}"))
-                    break
-        rng.shuffle(running)
-        hit = running[:PER_STORM]
-        taken = {session_id for session_id, _ in hit}
-        queued = [s for s in reversed(sessions) if s not in taken][:PER_STORM]
-        hit += [(session_id, "just submitted") for session_id in queued]
+        """Submit two long sessions and cancel one at once (queued) and the other once
+        an operation of it runs; cancel up to two of the run's sessions with an
+        operation running right now; each cancel three times."""
         headers = {"Authorization": f"Bearer {self.token}"}
-        said = []
         async with httpx.AsyncClient(headers=headers, timeout=10) as client:
+            queued, running = f"c{len(self.own)}", f"c{len(self.own) + 1}"
+            self.own += [queued, running]
+            for session_id in (queued, running):
+                await self._submit(client, session_id)
+            hit = [(queued, "queued")]
+            hit.append((running, await self._until_running(running)))
+            hit += await self._running_now(submitted, rng)
+            said = []
             for session_id, doing in hit:
                 answers = [await self._cancel(client, session_id) for _ in range(REPEATS)]
                 self.stormed[session_id] = f"{doing}: {'/'.join(answers)}"
                 said.append(f"{session_id} ({self.stormed[session_id]})")
-        return ", ".join(said) or "nothing to cancel"
+        return ", ".join(said)
+
+    async def _running_now(self, submitted: int, rng: random.Random) -> list[tuple[str, str]]:
+        running = []
+        for session_id in [f"s{n}" for n in range(submitted) if f"s{n}" not in self.stormed]:
+            doing = await self._doing(session_id)
+            if doing:
+                running.append((session_id, doing))
+        rng.shuffle(running)
+        return running[:PER_STORM]
+
+    async def _doing(self, session_id: str) -> str:
+        for operation in await self.store.list_operations(session_id):
+            if operation.status in (OperationStatus.ACCEPTED, OperationStatus.RUNNING):
+                return f"running {operation.operation_id}"
+        return ""
+
+    async def _until_running(self, session_id: str) -> str:
+        deadline = time.monotonic() + _RUNNING_WITHIN
+        while time.monotonic() < deadline:
+            doing = await self._doing(session_id)
+            if doing:
+                return doing
+            await asyncio.sleep(0.1)
+        return f"nothing running within {_RUNNING_WITHIN:.0f} s"
+
+    async def _submit(self, client: httpx.AsyncClient, session_id: str) -> None:
+        url = f"{self.api}/v1/sessions/{session_id}/submissions"
+        body = {"request_id": request_of(session_id), "input": _LONG}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the API may be down: the same request again
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.post(url, json=body)).status_code in (200, 201):
+                    return
+            await asyncio.sleep(0.3)
 
     async def _cancel(self, client: httpx.AsyncClient, session_id: str) -> str:
         url = f"{self.api}/v1/sessions/{session_id}/cancel"
-        body = {"request_id": f"r{session_id[1:]}", "reason": "chaos: cancel storm"}
+        body = {"request_id": request_of(session_id), "reason": "chaos: cancel storm"}
         try:
             return str((await client.post(url, json=body)).status_code)
         except httpx.HTTPError as error:  # the API may be down right now: part of the game

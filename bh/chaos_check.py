@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bh.chaos_cancel import CancelStorms
+from bh.chaos_cancel import CancelStorms, request_of
 from bh.chaos_forge import Forger
 from bh.chaos_report import ChaosReport
 from contracts import CommitRecord
@@ -37,8 +37,8 @@ async def check(
     forger: Forger,
     storms: CancelStorms,
 ) -> None:
-    for n in range(sessions):
-        await _check_session(store, f"s{n}", f"r{n}", report)
+    for session_id in [f"s{n}" for n in range(sessions)] + storms.own:
+        await _check_session(store, session_id, request_of(session_id), report)
     report.executions.update(await asyncio.to_thread(_ledger, ledger))
     # the email service keeps each operation's message once; a second POST of an
     # operation it had already accepted is a send repeated without verifying first
@@ -69,6 +69,7 @@ async def check(
     report.violations += await forger.check(store, executed, set(report.applications))
     report.forged = forger.summary()
     report.stormed = dict(storms.stormed)
+    report.storm_sessions = len(storms.own)
 
 
 async def _check_session(

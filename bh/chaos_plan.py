@@ -35,6 +35,16 @@ FAULTS = (
     "restart_docker",
 )
 BRAIN_KILLS = ("kill_brain", "kill_brain_mid_model", "kill_brain_mid_tool")
+#: kinds that mean most with work in flight: first in the first round
+WANTS_WORK = frozenset(
+    {
+        "kill_brain_mid_model",
+        "kill_brain_mid_tool",
+        "freeze_brain_mid_tool",
+        "purge_streams",
+        "wipe_nats",
+    }
+)
 #: kinds that only mean something with the Docker sandbox (the default is the process
 #: sandbox, whose runs an engine restart does not touch)
 DOCKER_ONLY = frozenset({"restart_docker"})
@@ -80,8 +90,8 @@ class FaultPlan:
         for round_ in range(max(min_each, 1) if kinds else 0):
             order = list(kinds)
             rng.shuffle(order)
-            if round_ == 0:  # kills and freezes inside calls while work is flowing
-                order.sort(key=lambda kind: "_mid_" not in kind)
+            if round_ == 0:  # what needs work in flight comes while work is flowing
+                order.sort(key=lambda kind: kind not in WANTS_WORK)
             opening += order
         return cls(kinds, min_each, brain_kills, opening)
 

@@ -15,6 +15,8 @@ class ChaosReport:
     seed: int
     schedule: list[tuple[float, str, str]] = field(default_factory=list)
     submitted: int = 0
+    #: sessions the cancel storms submitted themselves (``c0``...), beyond ``submitted``
+    storm_sessions: int = 0
     completed: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     #: sessions a cancel storm hit, and what each was doing then
@@ -47,7 +49,8 @@ def show(report: ChaosReport) -> None:
     console.print(f"faults by kind: {kinds}")
     cancelled = sum(report.failed.get(s) == "cancelled" for s in report.stormed)
     console.print(
-        f"sessions submitted {report.submitted}, completed {report.completed}, "
+        f"sessions submitted {report.submitted} (+{report.storm_sessions} by cancel storms), "
+        f"completed {report.completed}, "
         f"failed {len(report.failed)} (as designed: a failing tool, the restart limit, "
         f"or a cancel storm: {cancelled} cancelled of {len(report.stormed)} stormed), "
         f"stuck {len(report.stuck)}, lost {len(report.lost)}"

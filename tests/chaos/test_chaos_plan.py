@@ -6,7 +6,15 @@ import random
 
 import pytest
 
-from bh.chaos_plan import BRAIN_KILLS, DOCKER_ONLY, FAULTS, FaultPlan, UnknownFault, select
+from bh.chaos_plan import (
+    BRAIN_KILLS,
+    DOCKER_ONLY,
+    FAULTS,
+    WANTS_WORK,
+    FaultPlan,
+    UnknownFault,
+    select,
+)
 
 
 def test_the_default_selection_is_every_kind_but_the_docker_only_ones() -> None:
@@ -22,15 +30,14 @@ def test_only_and_skip_narrow_the_selection_and_unknown_kinds_are_named() -> Non
         select(["nope"])
 
 
-def test_every_kind_comes_min_each_times_first_the_in_call_ones_at_the_front() -> None:
+def test_every_kind_comes_min_each_times_first_the_in_flight_ones_at_the_front() -> None:
     kinds = select()
     plan = FaultPlan.seeded(kinds, random.Random(3), min_each=2)
     rng = random.Random(4)
     first = [plan.next(rng) for _ in range(len(kinds) * 2)]
     assert plan.done()
     assert all(first.count(kind) == 2 for kind in kinds)
-    in_call = [kind for kind in kinds if "_mid_" in kind]
-    assert set(first[: len(in_call)]) == set(in_call)
+    assert set(first[: len(WANTS_WORK)]) == WANTS_WORK
 
 
 def test_the_plan_goes_on_until_the_brain_kills_are_reached() -> None:
