@@ -116,6 +116,12 @@ class HandsService:
             max_ack_pending=-1,
             filter_subject=self.bus.subject(DISPATCH_SUBJECTS),
         )
+        # Create or update: binding alone would keep the configuration an earlier version
+        # made (e.g. 5 deliveries, then the message dropped) for as long as it exists.
+        try:
+            await self.bus.js.add_consumer(self.bus.stream(DISPATCH_STREAM), config)
+        except nats.js.errors.Error as error:
+            log.warning("cannot update the dispatch consumer's configuration: %s", error)
         return await self.bus.js.pull_subscribe(
             self.bus.subject(DISPATCH_SUBJECTS),
             durable=CONSUMER,

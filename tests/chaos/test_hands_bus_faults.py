@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nats.js.errors
 import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from brain.context import PhaseContext
 from brain.embedded import run_until_idle
@@ -20,7 +21,7 @@ from brain.registry import Registry
 from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.tools import LocalDispatcher
-from bus import DISPATCH_STREAM, Bus
+from bus import DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus
 from contracts import CommitRecord, Outcome
 from contracts.tool import Dispatch
 from hands.sandbox.process import ProcessSandbox
@@ -140,3 +141,30 @@ async def _consumer_exists(bus: Bus) -> bool:
 
 async def _has_result(store: SessionStore, op: str) -> bool:
     return await store.get_operation_result(op) is not None
+
+
+async def test_a_consumer_left_by_an_earlier_version_gets_unlimited_deliveries(
+    tmp_path: Path,
+) -> None:
+    """A deployment upgraded in place finds the dispatch consumer an earlier version made
+    (5 deliveries, then the message was dropped): the Hands brings its configuration up
+    to date on start instead of binding to it as it is."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    async with scratch_bus() as bus:
+        await bus.js.add_consumer(
+            bus.stream(DISPATCH_STREAM),
+            ConsumerConfig(
+                durable_name=CONSUMER,
+                ack_policy=AckPolicy.EXPLICIT,
+                max_deliver=5,
+                filter_subject=bus.subject(DISPATCH_SUBJECTS),
+            ),
+        )
+        async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
+            await assert_eventually(lambda: _max_deliver(bus, -1), within=10)
+    await store.close()
+
+
+async def _max_deliver(bus: Bus, expected: int) -> bool:
+    info = await bus.js.consumer_info(bus.stream(DISPATCH_STREAM), CONSUMER)
+    return info.config.max_deliver == expected
