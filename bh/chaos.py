@@ -444,6 +444,14 @@ def chaos(
 
     Fault kinds: see docs/chaos.md (`bh.chaos_plan.FAULTS`); restart_docker needs
     --hands-sandbox docker."""
+    if hands_sandbox != "process":
+        # The workload's count tool is a process tool: its ledger (each real execution)
+        # lives on this host. A Docker image of it is not built yet, so a Docker run
+        # would only show the tool missing, not what an engine restart does.
+        raise typer.BadParameter(
+            "only --hands-sandbox process for now: the Docker sandbox needs a count-tool "
+            "image (restart_docker stays out of the run until then)"
+        )
     try:
         kinds = select(faults or (), skip or (), sandbox=hands_sandbox)
     except UnknownFault as error:

@@ -73,11 +73,16 @@ async def nats_client(url: str, *, anonymous: bool = False) -> Client:
     credentials = {} if anonymous else {"user": found.username, "password": found.password}
     return await nats.connect(
         found.url,
+        error_cb=_quiet,  # a refused connection is what a forgery expects: no traceback
         connect_timeout=5,
         max_reconnect_attempts=0,
         allow_reconnect=False,
         **{name: value for name, value in credentials.items() if value is not None},
     )
+
+
+async def _quiet(error: Exception) -> None:
+    return None
 
 
 def redis_client(url: str, *, anonymous: bool = False) -> redis.asyncio.Redis:
