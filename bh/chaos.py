@@ -8,18 +8,23 @@ of two families: agent sessions, where the scripted model answers after a delay 
 calls ``count`` on the Hands, the five-emails batch (subtasks; ``send_email`` runs in
 the Brain), ``count`` again, then answers; and task sessions of ``examples.chaos``
 (sequential sandboxed calls with durable sleeps, a deliberately failing call, fan-out
-subtasks). Meanwhile it injects faults drawn from the seed: SIGKILL a Brain at a random
-moment, or while it is inside a model call or an email send (found by the call's client
-port), SIGSTOP a Brain past its lease then SIGCONT it, SIGKILL a Hands, restart
-nats-server, FLUSHALL Redis, kill and restart the scheduler and the Session API; every
-killed process is restarted. Then it reads the store, the ``count`` ledger and the email
-service's ledger and reports, per run: sessions submitted / completed / failed (with
-reason) / stuck; executions per operation; applications per operation; drives dropped
-by fencing vs stale-fence commits accepted. Any violation — a lost submission, a stuck
-session, an operation executed or applied twice, an email sent again after it was
-accepted, a stale-fence commit accepted — makes the run (and the command) fail. The
-seed and the schedule are printed, so a failing run can be replayed.
+subtasks). Meanwhile it injects faults in a seeded order (``bh.chaos_plan``): SIGKILL a
+Brain at a random moment, or while it is inside a model call or an email send (found by
+the call's client port), SIGSTOP a Brain past its lease (at a random moment, or inside
+an email send) then SIGCONT it, SIGKILL a Hands, restart nats-server (or wipe its data),
+purge the dispatch and results streams, FLUSHALL or pause Redis, hold the store's write
+lock for 15 to 30 s, kill and restart the scheduler and the Session API (every killed
+process is restarted), forge dispatches, result events and wake jobs
+(``bh.chaos_forge``), and storm queued and running work with cancellations
+(``bh.chaos_cancel``). Then it reads the store, the ``count`` ledger and the email
+service's ledger and reports (``bh.chaos_check``, ``bh.chaos_report``): sessions
+submitted / completed / failed (with reason) / stuck; executions and applications per
+operation; drives dropped by fencing vs stale-fence commits accepted; forgeries refused.
+Any violation makes the run (and the command) fail. The seed and the schedule are
+printed, so a failing run can be replayed.
 """
+
+from __future__ import annotations
 
 import asyncio
 import contextlib
