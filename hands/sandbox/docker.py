@@ -192,6 +192,8 @@ class DockerSandbox:
             max_pool_size=32,
         )
         self._cpus: float | None = None
+        #: the ``VOLUME`` paths of images pinned by id (immutable: asked once per image)
+        self._declared: dict[str, list[str]] = {}
 
     async def check(self) -> None:
         """Reach the engine; refuse a configured runtime it does not have."""
@@ -321,11 +323,16 @@ class DockerSandbox:
     async def _volumes(self, image: str) -> list[str]:
         """The paths an image declares as ``VOLUME`` (each would be a writable anonymous
         volume, past the scratch cap and left on the engine after the run)."""
+        if image in self._declared:
+            return self._declared[image]
         try:
             found = await self._call(self._api.inspect_image, image)
         except NotFound:
             return []  # create reports the missing image
-        return sorted((found.get("Config") or {}).get("Volumes") or {})
+        volumes = sorted((found.get("Config") or {}).get("Volumes") or {})
+        if image.startswith("sha256:"):
+            self._declared[image] = volumes
+        return volumes
 
     def _host_config(self, spec: RunSpec, volumes: list[str]) -> Any:
         limits, egress = spec.tool.limits, spec.tool.network.allow and self.config.egress
