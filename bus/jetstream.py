@@ -18,12 +18,13 @@ after it is harmless because executors act on the store, not on the message.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -36,6 +37,7 @@ from pydantic import BaseModel, Field
 
 from contracts import StoreUnavailable
 from contracts.model import Frozen
+from runtime.cancellation import cancel_and_wait
 from runtime.credentials import endpoint, redact
 
 log = logging.getLogger(__name__)
@@ -60,15 +62,12 @@ class BusSettings(Frozen):
 
     ``url`` may name a user and the file holding its password, never the password:
     ``nats://brain@host:4222?passfile=/run/secrets/nats-brain.pass`` (``runtime.credentials``).
-    ``tls://host:4222`` (or any ``tls_*`` file) turns TLS on: ``tls_ca_file`` verifies the
-    server with a private CA, ``tls_cert_file``/``tls_key_file`` present a client
-    certificate to a server that asks for one (``docs/security.md``).
+    ``tls://host:4222`` turns TLS on (the system's CAs verify the server); the query
+    options ``tls_ca=<file>`` (a private CA) and ``tls_cert=<file>&tls_key=<file>`` (a
+    client certificate, for a server that asks for one) do too (``docs/security.md``).
     """
 
     url: str = "nats://127.0.0.1:4222"
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
     namespace: str = Field(default="bh", pattern=r"^[a-z][a-z0-9_]{0,30}$")
     duplicate_window: timedelta = timedelta(minutes=2)
     results_max_age: timedelta = timedelta(days=1)
@@ -96,22 +95,35 @@ class Bus:
     async def connect(cls, settings: BusSettings, *, name: str = "brainhands") -> Bus:
         """Connect (reconnecting forever after a server restart) and ensure the streams."""
         found = endpoint(settings.url)
-        where = redact(settings.url)
-        try:
-            nc = await nats.connect(
-                found.url,
+        url, tls = _tls(found.url)
+        nc = Client()
+        refused = _Refusal(nc)
+        options: dict[str, Any] = {  # nats-py types its seconds as int; it takes floats
+            "connect_timeout": settings.connect_timeout.total_seconds(),
+            "reconnect_time_wait": 0.5,
+        }
+        connecting = asyncio.ensure_future(
+            nc.connect(
+                url,
                 user=found.username,
                 password=found.password,
-                tls=_tls_context(settings),
+                tls=tls,
                 name=name,
-                connect_timeout=settings.connect_timeout.total_seconds(),
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
                 drain_timeout=5,
-                error_cb=_log_error,
+                error_cb=refused.note,
+                **options,
             )
-        except (OSError, nats.errors.Error) as error:
-            raise StoreUnavailable(f"NATS is not reachable at {where}: {error}") from None
+        )
+        # nats-py retries a first connect forever; a refused login or an untrusted
+        # certificate will not get better by waiting, so it ends the wait at once.
+        await asyncio.wait({connecting, refused.seen}, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done() or connecting.exception() is not None:
+            failure = connecting.exception() if connecting.done() else refused.error
+            await cancel_and_wait(connecting, refused.seen)
+            await nc.close()
+            raise StoreUnavailable(f"cannot connect to NATS at {redact(settings.url)}: {failure}")
+        await cancel_and_wait(refused.seen)
         bus = cls(nc, settings)
         await bus.ensure_streams()
         return bus
@@ -188,20 +200,41 @@ class Bus:
             await self.nc.close()
 
 
-def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
-    """A verifying TLS context when any ``tls_*`` file is set; None leaves it to the URL
-    (``tls://`` uses the system's CAs)."""
-    if not (settings.tls_ca_file or settings.tls_cert_file):
-        return None
-    context = ssl.create_default_context(
-        cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None
-    )
-    if settings.tls_cert_file:
-        context.load_cert_chain(
-            str(settings.tls_cert_file),
-            str(settings.tls_key_file) if settings.tls_key_file else None,
-        )
-    return context
+class _Refusal:
+    """Errors of a first connect that waiting will not cure: a login the server refuses,
+    a certificate we do not trust. Later ones are only logged (reconnects go on)."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._refused = asyncio.Event()
+        self.error: Exception | None = None
+        self.seen: asyncio.Future[Any] = asyncio.ensure_future(self._refused.wait())
+
+    async def note(self, error: Exception) -> None:
+        await _log_error(error)
+        if not self._nc.is_connected and _is_refusal(error):
+            self.error = error
+            self._refused.set()
+
+
+def _is_refusal(error: Exception) -> bool:
+    text = str(error).lower()
+    return isinstance(error, ssl.SSLError) or "authorization violation" in text
+
+
+def _tls(url: str) -> tuple[str, ssl.SSLContext | None]:
+    """``url`` without its ``tls_*`` options, and the TLS context they ask for (None: as
+    the scheme says; ``tls://`` alone verifies with the system's CAs)."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    ca, cert, key = (query.pop(name, None) for name in ("tls_ca", "tls_cert", "tls_key"))
+    bare = urlunsplit(parts._replace(query=urlencode(query)))
+    if ca is None and cert is None:
+        return bare, None
+    context = ssl.create_default_context(cafile=ca)
+    if cert is not None:
+        context.load_cert_chain(cert, key)
+    return bare, context
 
 
 async def _log_error(error: Exception) -> None:

@@ -8,6 +8,7 @@ operator's, ``BH_NATS_URL_<ROLE>`` each service role's, all naming a password *f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
@@ -25,8 +26,9 @@ import redis.exceptions
 from nats.aio.client import Client as NATS
 
 from bus import CANCEL_SUBJECT, Bus, BusSettings, dispatch_subject, result_subject
+from contracts import StoreUnavailable
 from coordination import redis_client
-from runtime.credentials import endpoint
+from runtime.credentials import endpoint, write_secret
 from tests.support.services import in_ci, require
 
 pytestmark = [pytest.mark.nats, pytest.mark.redis]
@@ -204,3 +206,16 @@ def test_bh_dev_env_and_the_service_logs_hold_no_secret() -> None:
     assert logs, f"no logs under {home}"
     for text in (shown.stdout, shown.stderr, *logs):
         assert not [secret for secret in secrets if secret in text]
+
+
+async def test_a_service_with_a_wrong_password_stops_at_once_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    """nats-py would retry a refused first login forever; the service must not hang."""
+    wrong = tmp_path / "wrong.pass"
+    write_secret(wrong, "not-the-password")
+    parts = urlsplit(endpoint(_role_url("brain")).url)
+    url = f"nats://brain@{parts.netloc}?passfile={wrong}"
+    with pytest.raises(StoreUnavailable, match="Authorization Violation") as refused:
+        await asyncio.wait_for(Bus.connect(BusSettings(url=url, namespace="tauth")), 20)
+    assert "not-the-password" not in str(refused.value)
