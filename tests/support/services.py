@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+# `bh dev up`'s defaults in this checkout: its ports, and its credentials (the password
+# files under .dev/secrets; the servers refuse a client without them).
+_SECRETS = Path(__file__).resolve().parents[2] / ".dev" / "secrets"
 DEFAULTS = {
     "BH_AWS_ENDPOINT_URL": "http://127.0.0.1:15000",
-    "BH_REDIS_URL": "redis://127.0.0.1:16379/0",
-    "BH_NATS_URL": "nats://127.0.0.1:14222",
+    "BH_REDIS_URL": f"redis://127.0.0.1:16379/0?passfile={_SECRETS}/redis.pass",
+    "BH_NATS_URL": f"nats://operator@127.0.0.1:14222?passfile={_SECRETS}/nats-operator.pass",
 }
 
 
