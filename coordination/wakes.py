@@ -40,6 +40,7 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty
 
 from contracts import Identifier, StoreUnavailable
+from coordination import redis_client
 from coordination.attention import Attention
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class RQWakes:
         self.prefix = prefix
         self.route = route
         self.router = router
-        self._sync = redis.Redis.from_url(url)
+        self._sync = redis_client.connect_sync(url)  # the password from its passfile
         self._queues: dict[str, Queue] = {}
         #: sessions the scheduler must look at again (``coordination.attention``)
         self.attention = Attention(self._sync, prefix=prefix)

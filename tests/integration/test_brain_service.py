@@ -13,8 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import redis
-import redis.asyncio
 from rq.registry import FinishedJobRegistry
 
 from brain.context import PhaseContext
@@ -23,6 +21,7 @@ from brain.registry import Registry
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from contracts import Outcome, SubmissionStatus
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes, wake_queue
 from session_store import SessionStore, open_store
@@ -43,7 +42,7 @@ async def _echo(ctx: PhaseContext) -> PhaseOutcome:
 async def brain(
     store: SessionStore, url: str, prefix: str, name: str, registry: Registry
 ) -> AsyncIterator[BrainService]:
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner(name)
     wakes = RQWakes(url, prefix=prefix)
     service = BrainService(
@@ -83,7 +82,7 @@ async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
             await client.submit(f"s{number}", "r1", {"task": {"kind": "echo", "input": number}})
             await wakes.wake(f"s{number}", reason="submission")
         await assert_eventually(lambda: _all_answered(store, 5), within=30)
-    sync = redis.Redis.from_url(redis_url)
+    sync = redis_client.connect_sync(redis_url)
     finished = FinishedJobRegistry(queue=wake_queue(prefix, "default", sync))
     assert len(finished.get_job_ids()) >= 5  # RQ's own registries tell the truth
     sync.close()
@@ -137,7 +136,7 @@ async def test_a_newer_lease_holder_fences_out_the_older_one(
     registry = Registry()
     registry.add(kind("race", {"start": phase}))
     client = SessionClient(store)
-    leases_client = redis.asyncio.Redis.from_url(redis_url)
+    leases_client = redis_client.connect(redis_url)
     leases = RedisLeases(leases_client, prefix=prefix)
     runner_a = Kernel(store, registry, LocalDispatcher(), client).runner("brain-a")
     runner_b = Kernel(store, registry, LocalDispatcher(), client).runner("brain-b")

@@ -11,11 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
 from brain.registry import Registry
+from coordination import redis_client
 from coordination.wakes import JOB_FUNCTION, RQWakes, queue_name
 from session_store import open_store
 from session_store.submissions import SessionClient
@@ -44,7 +44,7 @@ async def test_forged_wake_jobs_are_refused_counted_and_never_run(tmp_path: Path
     registry = Registry()
     registry.add(kind("echo", {"start": _echo}))
     markers = [tmp_path / name for name in ("pickled-call", "pickled-meta", "json-call")]
-    sync = redis.Redis.from_url(url)
+    sync = redis_client.connect_sync(url)
     name = queue_name(prefix)
     pickled = Queue(name, connection=sync)  # RQ's default serializer: pickle
     pickled.enqueue_call("os.system", args=(f"touch {markers[0]}",))

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, Sleep
@@ -34,6 +33,7 @@ from brain.tools import LocalDispatcher
 from bus import RESULTS_STREAM, Bus
 from contracts import CommitRecord, OutboxMessage, StoreUnavailable, SubmissionStatus, utcnow
 from contracts.tool import ToolDefinition
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes, wake_queue
@@ -148,7 +148,7 @@ async def brain(
     store = await location.open()
     tools = LocalDispatcher()
     tools.add_sandboxed(act)
-    client = redis.asyncio.Redis.from_url(url)
+    client = redis_client.connect(url)
     routes = Routes(client, prefix=prefix)
     service = BrainService(
         runner=WatchedRunner(store, registry, brain_services(store, tools, bus, name), watch),
@@ -230,7 +230,7 @@ async def test_several_schedulers_take_each_effect_once(
         await commit_without_publishing(store, registry, act, session_id)
     async with scratch_bus(bus_settings()) as bus, AsyncExitStack() as stack:
         prefix = bus.settings.namespace
-        control = redis.asyncio.Redis.from_url(url)
+        control = redis_client.connect(url)
         stack.push_async_callback(control.aclose)
         wakes = RQWakes(
             url, prefix=prefix, router=SessionRouter(store, Routes(control, prefix=prefix))
@@ -315,7 +315,7 @@ async def test_each_due_timer_becomes_one_wake_whichever_scheduler_finds_it(
     async with AsyncExitStack() as stack:
         fleet = []
         for _ in range(SCHEDULERS):
-            client = redis.asyncio.Redis.from_url(url)
+            client = redis_client.connect(url)
             stack.push_async_callback(client.aclose)
             wakes = RQWakes(url, prefix=prefix)
             stack.callback(wakes.close)
