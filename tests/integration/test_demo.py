@@ -68,5 +68,5 @@ def test_bh_demo_runs_the_whole_system_and_recovers_both_kills(tmp_path: Path) -
         ("5", "executed", "brain-2", "hands-2", "brain-2"),
     ], result.stdout
     assert "brain-1 killed with SIGKILL right after relaying email 4" in result.stdout
-    assert "hands-1 killed with SIGKILL while container" in result.stdout
+    assert "hands-1 killed with SIGKILL while email 4's container" in result.stdout
     assert "Each email sent exactly once: yes; requested exactly once: yes" in result.stdout
