@@ -219,3 +219,24 @@ async def test_a_service_with_a_wrong_password_stops_at_once_with_a_clear_error(
     with pytest.raises(StoreUnavailable, match="Authorization Violation") as refused:
         await asyncio.wait_for(Bus.connect(BusSettings(url=url, namespace="tauth")), 20)
     assert "not-the-password" not in str(refused.value)
+
+
+async def _violations_broadcasting(role: str, subject: str) -> list[Exception]:
+    """The permission errors a plain publish on ``subject`` as ``role`` brings back."""
+    errors: list[Exception] = []
+    client = await _as(role, errors)
+    try:
+        await client.publish(subject, b"{}")
+        await client.flush(timeout=2)
+        await client.flush(timeout=2)  # the server's -ERR comes before this PONG
+    finally:
+        await client.close()
+    return [error for error in errors if "permissions violation" in str(error).lower()]
+
+
+@pytest.mark.parametrize(("role", "allowed"), [("brain", True), ("api", True), ("hands", False)])
+async def test_cancellations_come_from_the_brain_and_the_hands_api(
+    namespace: str, role: str, allowed: bool
+) -> None:
+    violations = await _violations_broadcasting(role, f"{namespace}.{CANCEL_SUBJECT}")
+    assert (not violations) is allowed, violations
