@@ -13,7 +13,6 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Annotated
 
-import redis.asyncio
 import typer
 
 from brain.model.settings import ModelSettings
@@ -21,6 +20,7 @@ from brain.service import BrainService
 from brain.worker import BrainSettings, WorkerSettings, build, run_worker
 from bus import BusSettings
 from contracts import BrainhandsError
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
@@ -103,7 +103,7 @@ async def _serve(
         built = await build(settings, resources)
         # leases, routes and wakes of every slot share it: a pool sized for the slots
         # (redis-py caps it at 100 connections by default)
-        client = redis.asyncio.Redis.from_url(redis_url, max_connections=2 * concurrency + 32)
+        client = redis_client.connect(redis_url, max_connections=2 * concurrency + 32)
         resources.push_async_callback(client.aclose)
         routes = Routes(client, prefix=prefix)
         wakes = RQWakes(redis_url, prefix=prefix, router=SessionRouter(built.store, routes))

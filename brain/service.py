@@ -28,10 +28,10 @@ from collections import Counter
 from datetime import timedelta
 
 import redis
-import redis.asyncio
 
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
+from coordination import redis_client
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
@@ -76,7 +76,7 @@ class BrainService:
         self.route = route_of(self.offers) if routes is not None else wakes.route
         self.reports: list[DriveReport] = []
         #: liveness evidence of this and other Brain incarnations (restart limit)
-        self._evidence = redis.asyncio.Redis.from_url(redis_url)
+        self._evidence = redis_client.connect(redis_url)
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
         self._workers: list[WakeWorker] = []
         #: wake jobs refused (not the wake function of one session id), by reason
@@ -104,7 +104,7 @@ class BrainService:
             # A client (connection pool) per slot: an RQ worker keeps one connection for
             # its pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
             # connections, so a shared pool ran dry past ~50 slots and killed the rest.
-            connection = redis.Redis.from_url(self.redis_url)
+            connection = redis_client.connect_sync(self.redis_url)
             self._connections.append(connection)
             queue = wake_queue(self.wakes.prefix, self.route, connection)
             worker = WakeWorker(

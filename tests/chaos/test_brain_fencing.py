@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis.asyncio
 
 from contracts import CommitRecord, Outcome
+from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
@@ -34,7 +34,7 @@ async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
     store = await open_store(store_url)
-    client = redis.asyncio.Redis.from_url(redis_url)
+    client = redis_client.connect(redis_url)
     leases = RedisLeases(client, prefix=prefix)
     # Brain workers take only the wakes of their route: wake through the router
     wakes = RQWakes(
