@@ -262,7 +262,7 @@ async def _submit_all(
     plan = FaultPlan.seeded(
         config.faults, random.Random(), min_each=config.min_each, brain_kills=config.brain_kills
     )
-    spread = plan.expected_faults() * config.fault_every / config.sessions
+    spread = plan.expected_seconds(config.fault_every) / config.sessions
     async with httpx.AsyncClient(headers=headers, timeout=10) as client:
         for number, body in enumerate(bodies):
             url = f"{api}/v1/sessions/s{number}/submissions"

@@ -50,6 +50,23 @@ WANTS_WORK = frozenset(
 DOCKER_ONLY = frozenset({"restart_docker"})
 
 
+#: about how many seconds a fault lasts, beyond a moment
+LASTS = {
+    "stop_brain": 4.0,
+    "freeze_brain_mid_tool": 5.0,
+    "kill_brain_mid_model": 1.0,
+    "kill_brain_mid_tool": 1.0,
+    "store_outage": 22.5,
+    "pause_redis": 4.5,
+    "wipe_nats": 2.0,
+    "restart_nats": 2.0,
+    "cancel_storm": 4.0,
+    "forge_dispatch": 1.0,
+    "forge_result": 1.0,
+    "forge_wake": 1.0,
+}
+
+
 class UnknownFault(ValueError):
     """A fault kind the harness does not know."""
 
@@ -111,6 +128,14 @@ class FaultPlan:
         if self.opening:
             return False
         return self.kills >= self.brain_kills or not any(k in self.kinds for k in BRAIN_KILLS)
+
+    def expected_seconds(self, fault_every: float) -> float:
+        """About how long the faults will take: the pauses between them and the faults
+        that last (to spread the submissions over, so work is in flight throughout)."""
+        per_draw = sum(LASTS.get(kind, 0.5) for kind in self.kinds) / len(self.kinds or "x")
+        opening = sum(LASTS.get(kind, 0.5) for kind in self.opening)
+        extra = self.expected_faults() - len(self.opening)
+        return self.expected_faults() * fault_every + opening + extra * per_draw
 
     def expected_faults(self) -> int:
         """About how many faults the run will have (to spread the submissions over)."""

@@ -43,6 +43,8 @@ def test_every_kind_comes_min_each_times_first_the_in_flight_ones_at_the_front()
 def test_the_plan_goes_on_until_the_brain_kills_are_reached() -> None:
     plan = FaultPlan.seeded(select(), random.Random(1), brain_kills=20)
     assert plan.expected_faults() > len(plan.opening)  # more faults to reach the kills
+    # the store outages alone (15 to 30 s) last longer than the pauses between faults
+    assert plan.expected_seconds(1.5) > plan.expected_faults() * 1.5 + 20
     rng = random.Random(2)
     while not plan.done():
         plan.next(rng)
