@@ -78,6 +78,8 @@ __all__ = ["FAULTS", "ChaosConfig", "ChaosReport", "run_chaos", "show"]
 LEASE_SECONDS = 2.0
 #: the scheduler looks at open intents this often (re-issuing lost dispatches)
 REISSUE_SECONDS = 3.0
+#: how long an in-call fault waits for a Brain inside the call before hitting one anyway
+IN_CALL_WITHIN = 15.0
 
 
 @dataclass(frozen=True)
@@ -178,11 +180,12 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         await cancel_and_wait(waiting)
         if faults.done():
             faults.result()  # a fault that failed ends the run, with its error
-        if not every_kind.is_set():
-            raise TimeoutError(f"the faults did not all happen in {config.deadline} s")
+        if not every_kind.is_set():  # said in the report; the checks still run
+            report.incomplete = f"the fault plan was not through after {config.deadline} s"
         await _settle(store, [f"s{n}" for n in range(config.sessions)] + run.storms.own, config)
         for error in await cancel_and_wait(faults):
-            raise error
+            if not isinstance(error, asyncio.CancelledError):
+                raise error
     finally:
         run.ending.set()
         fleet.stop_all()
@@ -381,11 +384,11 @@ async def _in_call(
     run: _Run, rng: random.Random, watched: InFlight, call: str, *, freeze: bool
 ) -> str:
     """SIGKILL (and restart) a Brain — or, with ``freeze``, SIGSTOP it past its lease,
-    then SIGCONT — while it is inside ``call``: the first one seen in it within 30 s;
+    then SIGCONT — while it is inside ``call``: the first one seen in it in 15 s;
     a random Brain, said so, when none is."""
     brains = run.named("brain-")
     by_pid = {run.fleet.processes[name].pid: name for name in brains}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + IN_CALL_WITHIN
     while time.monotonic() < deadline:
         for port, request_id in watched.calls(call):
             # A model call is named task.round.attempt: kill each round once, so the
@@ -402,7 +405,7 @@ async def _in_call(
         await asyncio.sleep(0.05)
     name = rng.choice(brains)
     await _hit(run.fleet, name, freeze=freeze)
-    return f"{name} (nothing in {call} for 30 s: hit anyway)"
+    return f"{name} (nothing in {call} for {IN_CALL_WITHIN:.0f} s: hit anyway)"
 
 
 async def _hit(fleet: Fleet, name: str, *, freeze: bool) -> None:

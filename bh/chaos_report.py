@@ -32,6 +32,8 @@ class ChaosReport:
     #: forged messages sent, refused by a server (no credentials), refused by the system
     forged: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    #: why the fault plan did not run to its end, if it did not
+    incomplete: str = ""
 
     @property
     def ok(self) -> bool:
@@ -45,6 +47,8 @@ def show(report: ChaosReport) -> None:
     console.print(f"[bold]seed {report.seed}[/] — fault schedule (seconds, fault, target):")
     for moment, fault, target in report.schedule:
         console.print(f"  {moment:7.2f}  {fault:21} {target}")
+    if report.incomplete:
+        console.print(f"[yellow]{report.incomplete}[/]")
     kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(report.by_kind().items()))
     console.print(f"faults by kind: {kinds}")
     cancelled = sum(report.failed.get(s) == "cancelled" for s in report.stormed)
