@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from brain.outcome import Done, PhaseOutcome
 from brain.registry import Registry
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
-from contracts import Outcome, SubmissionStatus
+from contracts import Outcome, SubmissionStatus, utcnow
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes, wake_queue
@@ -40,10 +40,17 @@ async def _echo(ctx: PhaseContext) -> PhaseOutcome:
 
 @asynccontextmanager
 async def brain(
-    store: SessionStore, url: str, prefix: str, name: str, registry: Registry
+    store: SessionStore,
+    url: str,
+    prefix: str,
+    name: str,
+    registry: Registry,
+    *,
+    clock: Callable[[], datetime] = utcnow,
 ) -> AsyncIterator[BrainService]:
     client = redis_client.connect(url)
-    runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner(name)
+    kernel = Kernel(store, registry, LocalDispatcher(), SessionClient(store))
+    runner = kernel.runner(name, clock=clock)
     wakes = RQWakes(url, prefix=prefix)
     service = BrainService(
         runner=runner,

@@ -7,10 +7,8 @@ number of commits (the wake-up at the end and the answer), not by one per pass."
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -19,18 +17,15 @@ import pytest
 from brain.context import PhaseContext
 from brain.outcome import Done, PhaseOutcome, Sleep
 from brain.registry import Registry
-from brain.runner import SessionRunner
 from brain.service import BrainService
-from brain.services import Services
-from brain.tools import LocalDispatcher
 from contracts import Outcome, utcnow
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
-from runtime.crashpoints import CrashPoints
 from scheduler.service import Scheduler
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
+from tests.integration.test_brain_service import brain
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
 from tests.support.services import require
@@ -57,33 +52,6 @@ async def _woken(ctx: PhaseContext) -> PhaseOutcome:
     return Done(result="rested")
 
 
-@asynccontextmanager
-async def _brain(
-    store: SessionStore, registry: Registry, clock: FakeClock, url: str, prefix: str, name: str
-) -> AsyncIterator[BrainService]:
-    client = redis_client.connect(url)
-    wakes = RQWakes(url, prefix=prefix)
-    services = Services(
-        store=store, tools=LocalDispatcher(), crash=CrashPoints(), clock=clock, runner_id=name
-    )
-    service = BrainService(
-        runner=SessionRunner(store, registry, services),
-        leases=RedisLeases(client, prefix=prefix),
-        wakes=wakes,
-        redis_url=url,
-        concurrency=1,
-        lease_ttl=timedelta(seconds=5),
-    )
-    running = asyncio.create_task(service.run())
-    try:
-        yield service
-    finally:
-        await service.shutdown()
-        await running
-        wakes.close()
-        await client.aclose()
-
-
 async def test_a_session_asleep_for_a_simulated_day_writes_a_constant_number_of_commits(
     tmp_path: Path,
 ) -> None:
@@ -98,7 +66,7 @@ async def test_a_session_asleep_for_a_simulated_day_writes_a_constant_number_of_
     leases = RedisLeases(client, prefix=prefix)
     async with AsyncExitStack() as stack:
         brains = [
-            await stack.enter_async_context(_brain(store, registry, clock, url, prefix, name))
+            await stack.enter_async_context(brain(store, url, prefix, name, registry, clock=clock))
             for name in ("brain-a", "brain-b")
         ]
         await SessionClient(store).submit("s1", "r1", {"task": {"kind": "nap"}})
