@@ -191,10 +191,10 @@ def _enqueue(url: str, namespace: str, job: str, marker: Path, client: str, as_j
     bare, credentials = redis_sync_url(url)
     connection = _sync_client(bare, {} if client == "anonymous" else credentials)
     try:
-        names = [_text(name) for name in connection.smembers("rq:queues")]
-        wanted = f"rq:queue:{namespace}-wakes-"
-        queues = [name.removeprefix("rq:queue:") for name in names if name.startswith(wanted)]
-        name = sorted(queues)[0] if queues else f"{namespace}-wakes-default"
+        route = _route(connection, namespace)
+        if route is None:
+            return "not sent: no Brain advertised a route within 20 s"
+        name = f"{namespace}-wakes-{route}"
         queue = Queue(name, connection=connection, serializer=JSONSerializer if as_json else None)
         queue.enqueue_call("os.makedirs", args=(str(marker),), job_id=job)
         return "delivered" + (" (JSON)" if as_json else " (pickled)")
@@ -204,6 +204,19 @@ def _enqueue(url: str, namespace: str, job: str, marker: Path, client: str, as_j
         return f"refused by the server ({str(error)[:40]})"
     finally:
         connection.close()
+
+
+def _route(connection: redis.Redis, namespace: str) -> str | None:
+    """A route the run's Brains consume (``coordination.routes``: they advertise it every
+    few seconds, so it comes back soon after a FLUSHALL). A queue merely listed in
+    ``rq:queues`` may have no consumer (a forged job there is never refused: the
+    harness's own mistake in an earlier run, after a FLUSHALL)."""
+    deadline = time.monotonic() + 20
+    while True:
+        routes = sorted(_text(key) for key in connection.hkeys(f"{namespace}:routes"))
+        if routes or time.monotonic() > deadline:
+            return routes[0] if routes else None
+        time.sleep(0.5)
 
 
 def _text(value: bytes | str) -> str:
