@@ -9,13 +9,13 @@ A URL names a user and the file holding its password, never the password
 
 from __future__ import annotations
 
+import contextlib
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-import nats
-import nats.errors
 import redis.asyncio
 from nats.aio.client import Client
 
@@ -68,17 +68,28 @@ def as_role(url: str, role: str) -> str:
 
 
 async def nats_client(url: str, *, anonymous: bool = False) -> Client:
-    """A NATS connection that gives up quickly (the harness's, not a service's)."""
+    """A NATS connection that gives up quickly (the harness's, not a service's); one the
+    server refused is closed, so no socket is left behind."""
     found = endpoint(url)
-    credentials = {} if anonymous else {"user": found.username, "password": found.password}
-    return await nats.connect(
-        found.url,
-        error_cb=_quiet,  # a refused connection is what a forgery expects: no traceback
-        connect_timeout=5,
-        max_reconnect_attempts=0,
-        allow_reconnect=False,
-        **{name: value for name, value in credentials.items() if value is not None},
-    )
+    nc = Client()
+    try:
+        await nc.connect(
+            found.url,
+            error_cb=_quiet,  # a refused connection is what a forgery expects: no traceback
+            connect_timeout=5,
+            max_reconnect_attempts=0,
+            allow_reconnect=False,
+            user=None if anonymous else found.username,
+            password=None if anonymous else found.password,
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        transport: Any = nc._transport
+        if transport is not None:  # a refused CONNECT leaves its socket open
+            transport.close()
+        raise
+    return nc
 
 
 async def _quiet(error: Exception) -> None:

@@ -31,8 +31,9 @@ async def test_a_seeded_run_with_every_fault_kind_has_no_violation(tmp_path: Pat
     for kind in ("kill_brain_mid_model", "kill_brain_mid_tool", "freeze_brain_mid_tool"):
         assert any(f == kind and "(in POST" in t for _, f, t in report.schedule), kind
     assert report.ok, report.violations
-    assert report.submitted == 10 and report.storm_sessions == 2
-    assert report.completed + len(report.failed) == 12
+    # faults go on while the work settles: a storm may come more than once
+    assert report.submitted == 10 and report.storm_sessions >= 2
+    assert report.completed + len(report.failed) == 10 + report.storm_sessions
     assert sum(report.executions.values()) == len(report.executions) > 0
     assert report.stormed, "the cancel storm hit no session"
     assert report.forged["forged"] >= 3  # a dispatch, a result event, a wake job at least
