@@ -63,6 +63,13 @@ class ProcessSandbox:
         if not reconnected:
             self._start(spec, where)
         started = _started(where)
+        if started is None:  # removed meanwhile (``kill``: the run was cancelled)
+            return RunOutcome(
+                termination=Termination.CANCELLED,
+                container=name,
+                reconnected=reconnected,
+                detail="the run was removed before its end was read (killed)",
+            )
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
         limit = spec.tool.limits.output_bytes
         termination: Termination | None = None
@@ -229,13 +236,18 @@ def _command(spec: RunSpec) -> tuple[str, ...]:
     return tuple(command)
 
 
-def _started(where: Path) -> datetime:
+def _started(where: Path) -> datetime | None:
     """When the run in ``where`` started: from its metadata, or for a directory without
-    one (left by an older executor killed mid-start) from the directory itself."""
+    one (left by an older executor killed mid-start) from the directory itself; None
+    when the directory is gone."""
     try:
         return datetime.fromisoformat(json.loads((where / "meta.json").read_text())["started_at"])
     except FileNotFoundError:
+        pass
+    try:
         return datetime.fromtimestamp(where.stat().st_mtime, UTC)
+    except FileNotFoundError:
+        return None
 
 
 def _alive(where: Path) -> bool:

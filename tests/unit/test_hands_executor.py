@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from contracts import Operation, OperationStatus, ReplayPolicy, utcnow
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
 from hands.sandbox import RunSpec
+from hands.sandbox import process as process_sandbox
 from hands.sandbox.process import ProcessSandbox
 from lifecycle.decision import LifecycleSettings
 from session_store import SessionStore, open_store
@@ -220,6 +222,26 @@ async def test_a_start_killed_before_it_wrote_its_metadata_is_an_unknown_outcome
     # its query says the action never happened, so it runs, once
     assert result is not None and result.succeeded and result.path == "executed", result
     assert hands.runs() == ["op-1"]
+
+
+async def test_a_run_removed_while_an_executor_reconnects_is_cancelled_not_an_error(
+    hands: Hands, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel removed the run's directory between an executor's look and its read of
+    the start (seen in the chaos run after a cancel storm: FileNotFoundError out of
+    ``handle``): the run reads as cancelled, like a removed container."""
+    d = dispatch("queryable")
+    spec = await _started_without_a_pid(hands, d)
+    where = hands.sandbox.root / "bh-op-1"
+    real = process_sandbox._started
+
+    def removed_first(path: Path) -> object:
+        shutil.rmtree(path)
+        return real(path)
+
+    monkeypatch.setattr(process_sandbox, "_started", removed_first)
+    outcome = await hands.sandbox.run(spec)
+    assert outcome.termination is Termination.CANCELLED and not where.exists(), outcome
 
 
 async def test_a_query_that_times_out_parks_the_operation(hands: Hands) -> None:
