@@ -164,9 +164,17 @@ class Drive:
             self.fence = await self._next_fence(holder)
             return
         self.fence = fence
-        if self.handle.fence != fence or self.handle.holder != holder:
-            await self._write_claim(fence, holder)
-        # else: still ours; the fence rises only when the holder changes
+        for _ in range(_REBASES):
+            if self.handle.fence == fence and self.handle.holder == holder:
+                return  # still ours; the fence rises only when the holder changes
+            try:
+                await self._write_claim(fence, holder)
+                return
+            except ConflictError:
+                # a submission or a cancel took the next seq since the load: catch up
+                # (a higher fence claimed meanwhile then refuses this one: FencedError)
+                await self.handle.refresh()
+        raise LeaseLost(f"session {self.handle.session_id}: its log moves faster than a claim")
 
     async def _next_fence(self, holder: str) -> int:
         for _ in range(_REBASES):

@@ -22,6 +22,7 @@ import pytest
 import redis.asyncio
 
 from brain.context import PhaseContext
+from brain.drive import Drive
 from brain.outcome import Done, PhaseOutcome, Sleep
 from brain.registry import Registry
 from brain.runner import SessionRunner
@@ -287,6 +288,36 @@ async def test_idle_wakes_by_alternating_brains_write_nothing(
         after = await store.session("s1")
     assert after.state.tasks["root.r1"].status.value == "sleeping"
     assert after.seq == before, f"{after.seq - before} commits by 20 idle wakes"
+
+
+async def test_a_commit_landing_between_load_and_claim_does_not_fail_the_drive(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission (or a cancel) commits between the drive's load and its claim: the
+    claim meets the taken seq, catches up and claims again (the chaos run saw the
+    ConflictError escape through the wake job instead)."""
+
+    async def answer(ctx: PhaseContext) -> PhaseOutcome:
+        return Done(result="ok")
+
+    registry = Registry()
+    registry.add(kind("answer", {"start": answer}))
+    client = SessionClient(store)
+    await client.submit("s1", "r1", {"task": {"kind": "answer"}})
+    real = Drive._write_claim
+    landed: list[bool] = []
+
+    async def after_a_submission(drive: Drive, fence: int, holder: str) -> None:
+        if not landed:
+            landed.append(True)
+            await client.submit("s1", "r2", {"task": {"kind": "answer"}})
+        await real(drive, fence, holder)
+
+    monkeypatch.setattr(Drive, "_write_claim", after_a_submission)
+    report = await runner(store, registry, "brain-a").drive("s1", fence=1)
+    assert landed and not report.fenced
+    state = (await store.session("s1")).state
+    assert {t.outcome for t in state.tasks.values()} == {Outcome.SUCCEEDED}, state.tasks
 
 
 # -- defect 20: no request leaves once the lease cannot be proven ---------------------------
