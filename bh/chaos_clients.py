@@ -10,45 +10,14 @@ A URL names a user and the file holding its password, never the password
 from __future__ import annotations
 
 import contextlib
-import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio
 from nats.aio.client import Client
 
-PASSFILE = "passfile"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    url: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-    @property
-    def has_credentials(self) -> bool:
-        return self.username is not None or self.password is not None
-
-
-def endpoint(url: str) -> Endpoint:
-    """``url`` without credentials, and its user and password (from its ``passfile``)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    passfiles = [value for name, value in query if name == PASSFILE]
-    rest = [(name, value) for name, value in query if name != PASSFILE]
-    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port is not None else "")
-    bare = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), parts.fragment))
-    username = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password is not None else None
-    if passfiles:
-        path = Path(passfiles[-1])
-        if path.stat().st_mode & stat.S_IROTH:
-            raise ValueError(f"the password file {path} is readable by others")
-        password = path.read_text().strip()
-    return Endpoint(bare, username, password)
+from runtime.credentials import PASSFILE, endpoint
 
 
 def as_role(url: str, role: str) -> str:

@@ -28,8 +28,9 @@ import redis.exceptions
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from bh.chaos_clients import as_role, endpoint, nats_client, redis_sync_url
+from bh.chaos_clients import as_role, nats_client, redis_sync_url
 from contracts.tool import Dispatch, ResultEvent
+from runtime.credentials import endpoint
 from session_store import SessionStore
 
 #: how long a fault waits for the refusal to be logged before moving on

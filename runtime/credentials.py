@@ -33,6 +33,10 @@ class Endpoint:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
 
+    @property
+    def has_credentials(self) -> bool:
+        return self.username is not None or self.password is not None
+
 
 def endpoint(url: str) -> Endpoint:
     """Split ``url`` into a credential-free URL, the user and the password (read from the
