@@ -73,20 +73,24 @@ def wake_queue(prefix: str, route: str, connection: redis.Redis) -> Queue:
 _SESSION_ID: TypeAdapter[str] = TypeAdapter(Identifier)
 
 
-def refusal(job: Job) -> str | None:
-    """Why ``job`` is not a wake job (None: it is ``drive_session`` of one session id)."""
+def refusal(job: Job) -> tuple[str, str] | None:
+    """Why ``job`` is not a wake job, as (reason, detail); None: it is ``drive_session``
+    of one session id."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except Exception as error:  # not JSON, or not RQ's job layout
-        return f"unreadable job data ({type(error).__name__})"
+        return "unreadable job data", type(error).__name__
     if name != JOB_FUNCTION:
-        return f"not the wake function: {str(name)[:80]!r}"
+        return "not the wake function", repr(str(name)[:80])
     if kwargs or not isinstance(args, (list, tuple)) or len(args) != 1:
-        return "a wake takes exactly one session id"
+        return (
+            "a wake takes exactly one session id",
+            f"{len(args or ())} args, {len(kwargs or {})} kwargs",
+        )
     try:
         _SESSION_ID.validate_python(args[0], strict=True)
     except ValidationError:
-        return "its argument is not a session id"
+        return "its argument is not a session id", repr(str(args[0])[:80])
     return None
 
 
@@ -209,13 +213,14 @@ class WakeWorker(SimpleWorker):
         self.refused = refused if refused is not None else Counter()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        why = refusal(job)
-        if why is None:
+        refused = refusal(job)
+        if refused is None:
             super().execute_job(job, queue)
             return
-        self.refused[why.split(":")[0].split(" (")[0]] += 1
-        log.warning("refused wake job %s: %s", job.id, why)
-        self.handle_job_failure(job, queue, exc_string=f"refused: {why}")
+        reason, detail = refused
+        self.refused[reason] += 1
+        log.warning("refused wake job %s: %s (%s)", job.id, reason, detail)
+        self.handle_job_failure(job, queue, exc_string=f"refused: {reason} ({detail})")
 
     def _install_signal_handlers(self) -> None:
         return None  # the Brain's main thread owns the signals
