@@ -1,6 +1,7 @@
 """``bh chaos``: the whole system under a seeded schedule of faults, then the invariants.
 
-It starts the scheduler, the Session API, Brain workers and Hands (process sandbox) as
+It starts the scheduler, the Session API, Brain workers and Hands (process sandbox; or
+Docker, where ``count`` is the ``tool-count`` image tallying in a ledger service) as
 separate processes on the dev infrastructure, with the scripted model and the example
 email service served in this process (``bh.chaos_services``). It submits sessions
 through the Session API — retrying with the same ``request_id`` when the API is down —
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,7 +46,7 @@ import httpx
 import typer
 
 from bh.chaos_cancel import CancelStorms
-from bh.chaos_check import check, fenced_in_logs
+from bh.chaos_check import check, fenced_in_logs, ledger_counts
 from bh.chaos_clients import redis_client
 from bh.chaos_forge import Forger
 from bh.chaos_infra import (
@@ -67,6 +69,7 @@ from bh.chaos_services import (
     owner_of,
 )
 from bh.fleet import Fleet, until_up
+from bh.granted_tool import register_granted, write_credentials
 from contracts import ReplayPolicy
 from contracts.tool import ToolDefinition
 from runtime.cancellation import cancel_and_wait
@@ -148,10 +151,25 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         "BH_HANDS_PROCESS_ROOT": str(work / "runs"),
         "BH_HANDS_ACK_WAIT": "5",
         "BH_HANDS_SECRET": secrets.token_hex(16),
+        "BH_HANDS_OWNER": namespace,
         **services.brain_env(),
     }
     store = await open_store(store_url)
-    await store.tools.register(_count_tool(ledger))
+    if config.hands_sandbox == "docker":
+        env["BH_HANDS_CREDENTIALS"] = str(
+            write_credentials(work / "credentials.json", {services.tally_url: services.tally_token})
+        )
+        await register_granted(
+            store,
+            env.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+            "count",
+            service_url=services.tally_url,
+            config={"LEDGER_URL": services.tally_url},
+            owner=namespace,
+            registered_by="bh chaos",
+        )
+    else:
+        await store.tools.register(_count_tool(ledger))
     fleet = Fleet(work, env, _argv(config, port))
     api = f"http://127.0.0.1:{port}"
     run = _Run(
@@ -190,10 +208,14 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         run.ending.set()
         fleet.stop_all()
     report.fenced_refusals = await asyncio.to_thread(fenced_in_logs, work)
+    if config.hands_sandbox == "docker":  # each request for a tally is an execution
+        counted = Counter(services.tallies().requests)
+    else:
+        counted = await asyncio.to_thread(ledger_counts, ledger)
     await check(
         store,
         config.sessions,
-        ledger,
+        counted,
         services.ledger(),
         report,
         forger=run.forger,
@@ -451,15 +473,10 @@ def chaos(
     """Run the system under seeded faults and check the invariants (needs `bh dev up`).
 
     Fault kinds: see docs/chaos.md (`bh.chaos_plan.FAULTS`); restart_docker needs
-    --hands-sandbox docker."""
-    if hands_sandbox != "process":
-        # The workload's count tool is a process tool: its ledger (each real execution)
-        # lives on this host. A Docker image of it is not built yet, so a Docker run
-        # would only show the tool missing, not what an engine restart does.
-        raise typer.BadParameter(
-            "only --hands-sandbox process for now: the Docker sandbox needs a count-tool "
-            "image (restart_docker stays out of the run until then)"
-        )
+    --hands-sandbox docker (the count tool then runs in containers: `bh dev up --require
+    docker` first)."""
+    if hands_sandbox not in ("process", "docker"):
+        raise typer.BadParameter("--hands-sandbox is process or docker")
     try:
         kinds = select(faults or (), skip or (), sandbox=hands_sandbox)
     except UnknownFault as error:

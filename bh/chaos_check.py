@@ -10,7 +10,8 @@ operation whose effect happened.
 
 from __future__ import annotations
 
-import asyncio
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from bh.chaos_cancel import CancelStorms, request_of
@@ -30,7 +31,7 @@ _DESIGNED = ("asked to fail", "crashed its executor")
 async def check(
     store: SessionStore,
     sessions: int,
-    ledger: Path,
+    counted: Mapping[str, int],
     emails: Ledger,
     report: ChaosReport,
     *,
@@ -39,7 +40,7 @@ async def check(
 ) -> None:
     for session_id in [f"s{n}" for n in range(sessions)] + storms.own:
         await _check_session(store, session_id, request_of(session_id), report)
-    report.executions.update(await asyncio.to_thread(_ledger, ledger))
+    report.executions.update(counted)  # the count tool's executions, each operation's
     # the email service keeps each operation's message once; a second POST of an
     # operation it had already accepted is a send repeated without verifying first
     report.executions.update(message.operation_id for message in emails.messages)
@@ -128,8 +129,9 @@ def fenced_in_logs(work: Path) -> int:
     )
 
 
-def _ledger(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
+def ledger_counts(path: Path) -> Counter[str]:
+    """Executions of the process ``count`` tool per operation, from its ledger file."""
+    return Counter(path.read_text().split() if path.exists() else [])
 
 
 async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) -> None:

@@ -87,6 +87,10 @@ class ChaosServices:
     email_token: str
     email: InFlight
     email_service: EmailService
+    #: the Docker ``count`` tool's ledger: an email service, one message per tally
+    tally_url: str
+    tally_token: str
+    tally_service: EmailService
 
     def brain_env(self) -> dict[str, str]:
         return {
@@ -100,6 +104,9 @@ class ChaosServices:
     def ledger(self) -> Ledger:
         return self.email_service.book.snapshot()
 
+    def tallies(self) -> Ledger:
+        return self.tally_service.book.snapshot()
+
 
 @asynccontextmanager
 async def chaos_services(*, email_hold: float = 0.3) -> AsyncIterator[ChaosServices]:
@@ -107,5 +114,22 @@ async def chaos_services(*, email_hold: float = 0.3) -> AsyncIterator[ChaosServi
     model = InFlight(scripted_app(Script.load(SCRIPT), token=model_token))
     service = EmailService(token=email_token)
     email = InFlight(service.app(), hold={EMAIL_SEND: email_hold})
-    async with serving(model) as model_url, serving(email) as email_url:
-        yield ChaosServices(model_url, model_token, model, email_url, email_token, email, service)
+    tally_token = secrets.token_urlsafe(24)
+    tallies = EmailService(token=tally_token)
+    async with (
+        serving(model) as model_url,
+        serving(email) as email_url,
+        serving(tallies.app()) as tally_url,
+    ):
+        yield ChaosServices(
+            model_url,
+            model_token,
+            model,
+            email_url,
+            email_token,
+            email,
+            service,
+            tally_url,
+            tally_token,
+            tallies,
+        )

@@ -17,7 +17,6 @@ which Brain dispatched and which applied it, and which container and Hands ran i
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import signal
 import subprocess
@@ -29,12 +28,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.table import Table
 
 from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers
 from bh.fleet import Fleet, until_up
+from bh.granted_tool import destination, register_granted, write_credentials
 from bh.hands_client import HandsClient
 from bh.session_client import SessionApiClient
 from bh.system import await_routes, dev_env, dev_up
@@ -42,10 +41,7 @@ from contracts import CommitRecord
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
-from hands.images import build_images, tool_tag
-from hands.registry import register_image
 from hands.sandbox import container_name
-from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from webapi.server import free_port
@@ -70,11 +66,6 @@ async def run(store_url: str | None) -> None:
     dev_up()
     infra = dev_env()
     docker_url = infra.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    built = await build_images(docker_url, names=["send-email"], say=lambda _: None)
-    image = built[tool_tag("send-email")]
-    console.print(
-        f"Tool image {image.tag} ({image.image_id[:19]}): {'cached' if image.skipped else 'built'}"
-    )
     work = Path(tempfile.mkdtemp(prefix="brainhands-demo-"))
     store_url = store_url or f"sqlite:///{work}/store.db"
     async with servers() as running:
@@ -95,10 +86,9 @@ def _fleet(
     python = sys.executable
     session_port, hands_port = free_port(), free_port()
     token = secrets.token_urlsafe(24)
-    credentials = work / "credentials.json"
-    headers = {"Authorization": f"Bearer {running.email_token}"}
-    credentials.write_text(json.dumps({_destination(running.email_url): headers}))
-    credentials.chmod(0o600)
+    credentials = write_credentials(
+        work / "credentials.json", {running.email_url: running.email_token}
+    )
     env = running.worker_env(
         **infra,
         BH_STORE_URL=store_url,
@@ -131,19 +121,22 @@ def _fleet(
 
 
 async def _register(store: SessionStore, running: Servers, docker_url: str) -> None:
-    destination = _destination(running.email_url)
-    async with DockerSandbox(DockerSandboxConfig(owner="demo", docker_url=docker_url)) as docker:
-        tool = await register_image(
-            store,
-            docker,
-            tool_tag("send-email"),
-            allow=[destination],
-            config={"EMAIL_SERVICE_URL": running.email_url},
-            registered_by="bh demo",
-        )
+    tool, skipped = await register_granted(
+        store,
+        docker_url,
+        "send-email",
+        service_url=running.email_url,
+        config={"EMAIL_SERVICE_URL": running.email_url},
+        owner="demo",
+        registered_by="bh demo",
+    )
+    console.print(
+        f"Tool image {tool.image} ({tool.image_id[:19]}): {'cached' if skipped else 'built'}"
+    )
     console.print(
         f"Registered [bold]{tool.ref}[/] ({tool.replay.value}, query entry point: "
-        f"{'yes' if tool.queryable else 'no'}); network: only {destination}, through the "
+        f"{'yes' if tool.queryable else 'no'}); network: only "
+        f"{destination(running.email_url)}, through the "
         "Hands' egress proxy, which holds the email service's token"
     )
 
@@ -290,8 +283,3 @@ def _container_state(name: str, docker_url: str) -> str:
         check=False,
     )
     return done.stdout.strip() or "gone"
-
-
-def _destination(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"

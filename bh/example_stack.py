@@ -12,15 +12,12 @@ runs it.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bh.granted_tool import register_granted, write_credentials
 from examples.emails import scenario
-from hands.images import build_images, tool_tag
-from hands.registry import register_image
-from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import open_store
 
 EMAIL_PORT = 8025
@@ -41,10 +38,9 @@ def five_emails(root: Path, tokens: dict[str, str]) -> Example:
     """The services, environment and Brain options of the five-emails example."""
     email_url = f"http://127.0.0.1:{EMAIL_PORT}"
     model_url = f"http://127.0.0.1:{MODEL_PORT}"
-    credentials = root / "email-credentials.json"
-    headers = {"Authorization": f"Bearer {tokens['BH_EMAIL_SERVICE_TOKEN']}"}
-    credentials.write_text(json.dumps({f"127.0.0.1:{EMAIL_PORT}": headers}))
-    credentials.chmod(0o600)
+    credentials = write_credentials(
+        root / "email-credentials.json", {email_url: tokens["BH_EMAIL_SERVICE_TOKEN"]}
+    )
     python = sys.executable
     model = (python, "-m", "brain.model.scripted", "--script", str(scenario.SCRIPT_PATH))
     return Example(
@@ -74,19 +70,18 @@ def register_tools(store_url: str, docker_url: str) -> str:
     """Build (cached) and register ``send-email`` for the example; its reference."""
 
     async def register() -> str:
-        await build_images(docker_url, names=["send-email"], say=lambda _: None)
+        email_url = f"http://127.0.0.1:{EMAIL_PORT}"
         store = await open_store(store_url)
         try:
-            config = DockerSandboxConfig(owner="bh-up", docker_url=docker_url)
-            async with DockerSandbox(config) as docker:
-                tool = await register_image(
-                    store,
-                    docker,
-                    tool_tag("send-email"),
-                    allow=[f"127.0.0.1:{EMAIL_PORT}"],
-                    config={"EMAIL_SERVICE_URL": f"http://127.0.0.1:{EMAIL_PORT}"},
-                    registered_by="bh up --example five-emails",
-                )
+            tool, _ = await register_granted(
+                store,
+                docker_url,
+                "send-email",
+                service_url=email_url,
+                config={"EMAIL_SERVICE_URL": email_url},
+                owner="bh-up",
+                registered_by="bh up --example five-emails",
+            )
         finally:
             await store.close()
         return tool.ref

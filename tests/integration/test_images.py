@@ -47,6 +47,7 @@ pytestmark = pytest.mark.docker
 
 # Directory → (tool name, replay policy): a new recipe must be added here on purpose.
 SHIPPED = {
+    "count": ("count", ReplayPolicy.UNSAFE),
     "echo": ("echo", ReplayPolicy.SAFE),
     "fail": ("fail", ReplayPolicy.SAFE),
     "http-get": ("http_get", ReplayPolicy.SAFE),
@@ -72,6 +73,8 @@ DECLARED = [
     "command",
 ]
 EMAIL_TOKEN = "images-test-token-5c1a"
+#: no route from a container without a network: the count tool's ledger never answers
+_LEDGER = {"LEDGER_URL": "http://192.0.2.1:80"}
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +108,7 @@ def test_each_image_declares_a_valid_tool(
     jsonschema.Draft202012Validator.check_schema(definition.parameters)
     assert definition.network.is_none  # destinations are granted at registration only
     assert definition.command == ("python3", "/opt/bh/tool.py")
-    assert definition.queryable == (directory == "send-email")
+    assert definition.queryable == (directory in ("count", "send-email"))
     base_id = images["brainhands/base:bookworm"]
     path = SANDBOX_IMAGES / "tools" / directory
     assert labels[BUILD_HASH_LABEL] == build_hash(path, base_id=base_id)
@@ -197,6 +200,8 @@ CASES = [
     ),
     Case("python-exec", {"code": "1 / 0"}, 1, keys=("error", "stdout", "traceback", "truncated")),
     Case("misbehave", {"action": "exit", "code": 7}, 7, {"exit": 7}),
+    Case("count", {"fail": True}, 3, {"error": "asked to fail"}, environment=_LEDGER),
+    Case("count", {}, 75, keys=("error",), environment=_LEDGER),
     Case("http-get", {"url": "http://192.0.2.1/"}, 1, keys=("error",)),
     Case(
         "send-email",
