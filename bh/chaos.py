@@ -397,7 +397,7 @@ _FAULTS: dict[str, Fault] = {
     "forge_result": lambda run, rng: run.forger.result(_a_session(run, rng)),
     "forge_wake": lambda run, rng: run.forger.wake(rng),
     "cancel_storm": lambda run, rng: run.storms.storm(run.report.submitted, rng),
-    "restart_docker": lambda run, rng: restart_docker(),
+    "restart_docker": lambda run, rng: restart_docker(run.infra),
 }
 assert set(_FAULTS) == set(FAULTS)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import docker  # type: ignore[import-untyped]
 import nats
 import nats.errors
 import nats.js.errors
@@ -33,9 +34,12 @@ from bh.devstack.config import DevConfig
 from bh.devstack.process import is_running, read_pidfile
 from bh.devstack.state import StateDir
 from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus, BusSettings
+from hands.sandbox import LABEL_OWNER
 
 #: the store outage's length, seconds
 OUTAGE = (15.0, 30.0)
+#: how long the engine restart waits for one of the run's containers to be running
+IN_RUN_WITHIN = 15.0
 #: how long Redis's clients are paused, seconds (past the Brains' 2 s lease)
 REDIS_PAUSE = (3.0, 6.0)
 
@@ -149,11 +153,26 @@ async def restart_nats() -> str:
     return "ok" if done else "not ours: skipped"
 
 
-async def restart_docker() -> str:
-    """``bh dev restart docker``: the engine goes down with the tools' containers
-    running (Docker sandbox only)."""
+async def restart_docker(infra: Infra) -> str:
+    """``bh dev restart docker`` while the run's tool containers are running (the first
+    moment one is, within ``IN_RUN_WITHIN`` s; said so when none was): the engine goes
+    down under them (Docker sandbox only)."""
+    running = await asyncio.to_thread(_running_containers, infra)
     done = await asyncio.to_thread(_dev, "restart", "docker")
-    return "ok" if done else "not ours: skipped"
+    return f"{'ok' if done else 'not ours: skipped'} ({running})"
+
+
+def _running_containers(infra: Infra) -> str:
+    url = infra.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    owned = {"label": f"{LABEL_OWNER}={infra.namespace}", "status": "running"}
+    deadline = time.monotonic() + IN_RUN_WITHIN
+    with contextlib.closing(docker.DockerClient(base_url=url)) as engine:
+        while time.monotonic() < deadline:
+            names = [container.name for container in engine.containers.list(filters=owned)]
+            if names:
+                return f"{len(names)} running: {', '.join(sorted(names))}"
+            time.sleep(0.1)
+    return f"none running in {IN_RUN_WITHIN:.0f} s"
 
 
 def _dev(*args: str) -> bool:

@@ -32,6 +32,7 @@ def write_credentials(path: Path, grants: Mapping[str, str]) -> Path:
     }
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:  # never readable by others, not even briefly
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode through O_CREAT
         file.write(json.dumps(headers))
     return path
 

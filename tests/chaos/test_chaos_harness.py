@@ -37,3 +37,35 @@ async def test_a_seeded_run_with_every_fault_kind_has_no_violation(tmp_path: Pat
     assert sum(report.executions.values()) == len(report.executions) > 0
     assert report.stormed, "the cancel storm hit no session"
     assert report.forged["forged"] >= 3  # a dispatch, a result event, a wake job at least
+
+
+@pytest.mark.docker
+async def test_engine_restarts_under_running_tool_containers_lose_and_repeat_nothing(
+    tmp_path: Path,
+) -> None:
+    """``count`` in containers (the ``tool-count`` image, tallying in the harness's
+    ledger service); the engine restarted twice while the run's containers run, Hands
+    and Brains killed: every tally once, every result applied once."""
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    kinds = ("restart_docker", "kill_hands", "kill_brain")
+    config = ChaosConfig(
+        seed=300,
+        sessions=6,
+        faults=select(kinds, sandbox="docker"),
+        fault_every=3,
+        min_each=2,
+        hands_sandbox="docker",
+        deadline=180,
+        work=tmp_path,
+    )
+    report = await run_chaos(config)
+    show(report)
+    restarts = [target for _, fault, target in report.schedule if fault == "restart_docker"]
+    assert len(restarts) >= 2
+    if in_ci():  # the dev stack's engine is ours to restart there
+        assert all(target.startswith("ok") for target in restarts), restarts
+        assert any("running: " in target for target in restarts), restarts
+    assert report.ok, report.violations
+    assert report.submitted == 6 and not report.stuck and not report.lost
+    assert sum(report.executions.values()) == len(report.executions) > 0
