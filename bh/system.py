@@ -45,6 +45,10 @@ from runtime.credentials import write_secret
 console = Console()
 SESSION_API_PORT = 8460
 HANDS_API_PORT = 8470
+#: the workers' probe ports: the scheduler's, and brain-N's and hands-N's are these + N
+SCHEDULER_PROBE_PORT = 8461
+BRAIN_PROBE_PORTS = 8500
+HANDS_PROBE_PORTS = 8600
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,13 @@ class Component:
     name: str
     argv: tuple[str, ...]
     health: str | None = None  # an URL that answers 200 once it is ready
+    env: tuple[tuple[str, str], ...] = ()  # its own variables (its probe port)
+
+
+def _worker(name: str, argv: tuple[str, ...], probe_port: int) -> Component:
+    """A worker process serving ``/livez`` and ``/readyz`` on ``probe_port``."""
+    ready = f"http://127.0.0.1:{probe_port}/readyz"
+    return Component(name, argv, health=ready, env=(("BH_PROBE_PORT", str(probe_port)),))
 
 
 @dataclass(frozen=True)
@@ -82,8 +93,8 @@ def layout() -> Layout:
 
 
 def up(
-    brains: Annotated[int, typer.Option(help="Brain worker processes")] = 2,
-    hands: Annotated[int, typer.Option(help="Hands processes")] = 1,
+    brains: Annotated[int, typer.Option(help="Brain worker processes", min=0, max=99)] = 2,
+    hands: Annotated[int, typer.Option(help="Hands processes", min=0, max=99)] = 1,
     store: Annotated[
         str | None, typer.Option(help="Session Store URL (default: SQLite in the dev home)")
     ] = None,
@@ -127,7 +138,7 @@ def up(
         started = spawn(
             component.argv,
             log_path=place.log(component.name),
-            env=role_env(env, component.name),  # NATS as its role only
+            env=role_env(env | dict(component.env), component.name),  # NATS as its role only
         )
         write_pidfile(place.pidfile(component.name), started)
     _retire_extra(place, {c.name for c in wanted})
@@ -174,24 +185,24 @@ def _components(
     for name in sandboxed:
         brain_args += ["--sandboxed", name]
     found = [
-        Component("scheduler", (python, "-m", "scheduler")),
+        _worker("scheduler", (python, "-m", "scheduler"), SCHEDULER_PROBE_PORT),
         Component(
             "session-api",
             (python, "-m", "session_api", "--port", str(SESSION_API_PORT)),
-            health=f"http://127.0.0.1:{SESSION_API_PORT}/healthz",
+            health=f"http://127.0.0.1:{SESSION_API_PORT}/readyz",
         ),
         Component(
             "hands-api",
             (python, "-m", "hands.api_server", "--port", str(HANDS_API_PORT)),
-            health=f"http://127.0.0.1:{HANDS_API_PORT}/healthz",
+            health=f"http://127.0.0.1:{HANDS_API_PORT}/readyz",
         ),
     ]
     found += [
-        Component(f"brain-{n}", (python, "-m", "brain", "worker", *brain_args))
+        _worker(f"brain-{n}", (python, "-m", "brain", "worker", *brain_args), BRAIN_PROBE_PORTS + n)
         for n in range(1, brains + 1)
     ]
     found += [
-        Component(f"hands-{n}", (python, "-m", "hands", "--sandbox", sandbox))
+        _worker(f"hands-{n}", (python, "-m", "hands", "--sandbox", sandbox), HANDS_PROBE_PORTS + n)
         for n in range(1, hands + 1)
     ]
     return found

@@ -24,6 +24,7 @@ from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
+from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -76,6 +77,8 @@ def worker(
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus/Redis prefix")] = "bh",
     concurrency: Annotated[int, typer.Option(help="sessions driven at once")] = 8,
     lease_seconds: Annotated[float, typer.Option(help="lease TTL (extended while driving)")] = 10,
+    probe_port: ProbePort = None,
+    probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Drive the sessions the scheduler wakes, many at once, until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -88,16 +91,21 @@ def worker(
         sandboxed=tuple(sandboxed or ()),
     )
     try:
-        asyncio.run(
-            _serve(settings, redis_url, namespace, concurrency, timedelta(seconds=lease_seconds))
-        )
+        ttl = timedelta(seconds=lease_seconds)
+        probes = (probe_host, probe_port)
+        asyncio.run(_serve(settings, redis_url, namespace, concurrency, ttl, probes))
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
 
 
 async def _serve(
-    settings: BrainSettings, redis_url: str, prefix: str, concurrency: int, ttl: timedelta
+    settings: BrainSettings,
+    redis_url: str,
+    prefix: str,
+    concurrency: int,
+    ttl: timedelta,
+    probe_at: tuple[str, int | None],
 ) -> None:
     async with AsyncExitStack() as resources:
         built = await build(settings, resources)
@@ -123,7 +131,13 @@ async def _serve(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(service.run())
-        await stop.wait()
+        checks: dict[str, Check] = {"store": built.store.backend.check, "redis": client.ping}
+        if built.bus is not None:
+            checks["nats"] = built.bus.check
+        checks["wake_route"] = service.holds_its_route
+        probes = Probes("brain", checks, alive=lambda: not running.done())
+        async with serve(probes, host=probe_at[0], port=probe_at[1]):
+            await until_stopped(stop, running)
         await service.shutdown()  # running drives end; leases are handed back
         await running
 

@@ -92,6 +92,17 @@ class BrainService:
     def holder(self) -> str:
         return self.runner.services.runner_id
 
+    async def holds_its_route(self) -> None:
+        """Readiness: every wake slot's worker runs and, with routes, this Brain's route
+        is advertised in Redis (so the scheduler can wake it)."""
+        dead = sum(not thread.is_alive() for thread in self._threads)
+        if len(self._threads) < self.concurrency or dead:
+            raise RuntimeError(
+                f"{dead or self.concurrency - len(self._threads)} wake slots not running"
+            )
+        if self.routes is not None and self.route not in await self.routes.live():
+            raise RuntimeError(f"route {self.route} is not advertised")
+
     async def run(self) -> None:
         """Consume wake jobs with ``concurrency`` slots until ``shutdown``."""
         loop = asyncio.get_running_loop()

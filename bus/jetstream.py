@@ -193,6 +193,12 @@ class Bus:
         """A subscription to a server subject (advisories), not namespaced."""
         return await self.nc.subscribe(subject, cb=handler)
 
+    async def check(self) -> None:
+        """Raise unless the server answers a round trip now (a readiness check)."""
+        if not self.nc.is_connected:
+            raise ConnectionError("not connected to NATS")
+        await self.nc.flush(timeout=1)
+
     async def close(self) -> None:
         try:
             await self.nc.drain()

@@ -45,6 +45,10 @@ class LeaseStore(Protocol):
 
 
 class WakeQueue(Protocol):
+    async def check(self) -> None:
+        """Raise when wakes cannot be queued now (readiness)."""
+        ...
+
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         """Ask for a drive of ``session_id`` (now, or at ``at``); repeats coalesce."""
         ...

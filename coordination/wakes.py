@@ -117,6 +117,9 @@ class RQWakes:
         #: sessions the scheduler must look at again (``coordination.attention``)
         self.attention = Attention(self._sync, prefix=prefix)
 
+    async def check(self) -> None:
+        await asyncio.to_thread(self._sync.ping)
+
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         try:
             if at is not None and at.timestamp() > time.time():

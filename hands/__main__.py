@@ -13,6 +13,7 @@ from contracts import BrainhandsError
 from hands.app import open_hands
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
+from webapi.probes import ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
 
@@ -25,6 +26,8 @@ def run(
     sandbox: Annotated[
         str | None, typer.Option(help="docker (default) or process (NOT isolated)")
     ] = None,
+    probe_port: ProbePort = None,
+    probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Pull dispatched operations from JetStream and run them in sandboxes."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -32,20 +35,22 @@ def run(
         settings = HandsSettings.from_env(
             store_url=store, nats_url=nats, concurrency=concurrency, sandbox=sandbox
         )
-        asyncio.run(_serve(settings))
+        asyncio.run(_serve(settings, probe_host, probe_port))
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
 
 
-async def _serve(settings: HandsSettings) -> None:
+async def _serve(settings: HandsSettings, probe_host: str, probe_port: int | None) -> None:
     async with open_hands(settings) as service:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(service.run())
-        await stop.wait()
+        probes = Probes("hands", service.checks(), alive=lambda: not running.done())
+        async with serve(probes, host=probe_host, port=probe_port):
+            await until_stopped(stop, running)
         await service.shutdown()
         for error in await cancel_and_wait(running):
             raise error

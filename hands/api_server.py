@@ -106,6 +106,7 @@ async def serve_api(settings: ApiSettings) -> None:
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from hands.api.app import create_app
         from hands.metrics import HandsMetrics
+        from webapi.probes import Check, Probes
 
         metrics = HandsMetrics()
         executor = Executor(
@@ -125,6 +126,10 @@ async def serve_api(settings: ApiSettings) -> None:
             max_body_bytes=settings.max_body_bytes,
             caps=hands.caps,
         )
+        checks: dict[str, Check] = {"store": store.backend.check, "engine": sandbox.check}
+        if bus is not None:
+            checks["nats"] = bus.check
+        Probes("hands-api", checks).mount(app)
         server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None
         service: HandsService | None = None

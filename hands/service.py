@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -70,6 +71,19 @@ class HandsService:
 
     async def __aenter__(self) -> HandsService:
         return self
+
+    def checks(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """What its readiness asks (``webapi.probes``): the store, NATS, the shared
+        consumer, the engine."""
+        return {
+            "store": self.executor.store.backend.check,
+            "nats": self.bus.check,
+            "consumer": self._consumer_answers,
+            "engine": self.executor.sandbox.check,
+        }
+
+    async def _consumer_answers(self) -> None:
+        await self.bus.js.consumer_info(self.bus.stream(DISPATCH_STREAM), CONSUMER)
 
     async def __aexit__(self, *_: object) -> None:
         await self.shutdown()

@@ -12,8 +12,10 @@ from typing import Annotated
 import typer
 
 from contracts import BrainhandsError
+from coordination import redis_client
 from scheduler.assembly import Connections, build
 from scheduler.service import SchedulerSettings
+from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(add_completion=False)
 
@@ -33,6 +35,8 @@ def run(
         float,
         typer.Option(help="an open intent is looked at (its dispatch re-issued) this often"),
     ] = 30,
+    probe_port: ProbePort = None,
+    probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -47,6 +51,7 @@ def run(
                 SchedulerSettings(
                     reconcile_every=every, reissue_after=timedelta(seconds=reissue_seconds)
                 ),
+                (probe_host, probe_port),
             )
         )
     except BrainhandsError as error:
@@ -54,7 +59,9 @@ def run(
         raise typer.Exit(2) from None
 
 
-async def _serve(connections: Connections, settings: SchedulerSettings) -> None:
+async def _serve(
+    connections: Connections, settings: SchedulerSettings, probe_at: tuple[str, int | None]
+) -> None:
     async with AsyncExitStack() as resources:
         scheduler = await build(connections, resources, settings)
         stop = asyncio.Event()
@@ -62,10 +69,15 @@ async def _serve(connections: Connections, settings: SchedulerSettings) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(scheduler.run())
-        stopping = asyncio.create_task(stop.wait())
-        # a signal, or a loop's unexpected error (then re-raised by ``await running``)
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
+        redis = redis_client.connect(connections.redis_url)  # the probes' own client
+        resources.push_async_callback(redis.aclose)
+        checks: dict[str, Check] = {"store": scheduler.store.backend.check, "redis": redis.ping}
+        if scheduler.bus is not None:
+            checks["nats"] = scheduler.bus.check
+        probes = Probes("scheduler", checks, alive=lambda: not running.done())
+        async with serve(probes, host=probe_at[0], port=probe_at[1]):
+            # a signal, or a loop's unexpected error (then re-raised by ``await running``)
+            await until_stopped(stop, running)
         await scheduler.shutdown()
         await running
 

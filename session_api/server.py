@@ -81,6 +81,7 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
             queue = await resources.enter_async_context(wakes(settings))
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from session_api.app import create_app, stop_streams
+        from webapi.probes import Check, Probes
 
         app = create_app(
             store=store,
@@ -88,6 +89,10 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
             tokens=settings.tokens,
             max_body_bytes=settings.max_body_bytes,
         )
+        checks: dict[str, Check] = {"store": store.backend.check}
+        if queue is not None:
+            checks["redis"] = queue.check
+        Probes("session-api", checks).mount(app)
         server = web.server(app, host=settings.host, port=settings.port)
         with web.stop_on_signals(server, lambda: stop_streams(app)):
             await server.serve()

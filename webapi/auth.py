@@ -1,6 +1,7 @@
 """Bearer tokens and their scopes: who may call which route of an API, on which sessions.
 
-``BearerAuth`` authenticates every route but ``/healthz`` ahead of the router, so
+``BearerAuth`` authenticates every route but the probes (``/healthz``, ``/livez``,
+``/readyz``) ahead of the router, so
 nothing — not an unknown route, not a body that fails to parse — answers an
 unauthenticated caller with more than 401. Tokens are compared in constant time (with
 every configured token, whichever matches) and never logged or echoed.
@@ -44,7 +45,7 @@ from contracts.model import Frozen
 from webapi.errors import UNAUTHORIZED, error_response
 
 #: Routes open without a token (they reveal nothing).
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 #: The shortest API token a server starts with.
 MIN_TOKEN_LENGTH: Final = 16
 

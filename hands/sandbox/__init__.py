@@ -112,6 +112,10 @@ class OwnedRun(Frozen):
 
 
 class Sandbox(Protocol):
+    async def check(self) -> None:
+        """Raise when runs cannot be started now (the engine does not answer)."""
+        ...
+
     async def run(self, spec: RunSpec) -> RunOutcome:
         """Start the run, or reconnect to the one already named for this operation, and
         wait for it to end; the container stays until ``remove``."""

@@ -56,6 +56,11 @@ class ProcessSandbox:
         self.start_grace = start_grace
         root.mkdir(parents=True, exist_ok=True)
 
+    async def check(self) -> None:
+        """The runs' directory is there and writable."""
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise OSError(f"the process sandbox's run directory {self.root} is not writable")
+
     async def run(self, spec: RunSpec) -> RunOutcome:
         name = container_name(spec.operation_id, spec.mode)
         where = self.root / name

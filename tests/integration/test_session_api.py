@@ -72,6 +72,10 @@ class RecordingWakes:
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
 
+    async def check(self) -> None:
+        if self.fail:
+            raise StoreUnavailable("redis is down")
+
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         if self.fail:
             raise StoreUnavailable("redis is down")

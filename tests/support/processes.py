@@ -11,11 +11,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def python_module(module: str, *args: str, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]:
+def python_module(
+    module: str, *args: str, stdout: int = subprocess.PIPE, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,

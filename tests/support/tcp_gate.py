@@ -1,0 +1,73 @@
+"""A loopback TCP forwarder that a test can shut: a partition between a service and one
+of its servers (Redis, NATS, the store) without touching the server.
+
+``async with TcpGate(host, port) as gate:`` listens on ``gate.port`` and forwards each
+connection to the target; ``gate.shut()`` cuts every open connection and refuses new
+ones (they are accepted and closed at once, as a dead peer would look), ``gate.open()``
+lets them through again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+
+class TcpGate:
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.port = 0
+        self.is_open = True
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> TcpGate:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shut()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def shut(self) -> None:
+        self.is_open = False
+        for writer in list(self._pipes):
+            writer.transport.abort()
+        self._pipes.clear()
+
+    def open(self) -> None:
+        self.is_open = True
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.is_open:
+            writer.transport.abort()
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._pipes.update({writer, upstream_writer})
+        # the loop's teardown cancels a pipe still open at the end: that ends it too
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(_pump(reader, upstream_writer), _pump(upstream_reader, writer))
+        for end in (writer, upstream_writer):
+            self._pipes.discard(end)
+            end.transport.abort()
+
+
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.transport.abort()
