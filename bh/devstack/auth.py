@@ -77,6 +77,11 @@ class Secrets:
     def nats_passfile(self, role: str) -> Path:
         return self.root / f"nats-{role}.pass"
 
+    @property
+    def rgw_credentials(self) -> Path:
+        """radosgw's S3 keys, an AWS shared-credentials file (``bh.devstack.rgw.user``)."""
+        return self.root / "rgw.credentials"
+
     def ensure(self) -> None:
         """Make every missing password (kept ones stay) and write the servers' configs.
         Locked: redis and nats are prepared concurrently and both call this."""

@@ -1,4 +1,5 @@
-"""The dev services: Redis, NATS JetStream, moto (S3 + DynamoDB APIs) and Docker."""
+"""The dev services: Redis, NATS JetStream, moto (S3 + DynamoDB APIs), Docker and radosgw
+(Ceph's S3 server; ``bh.devstack.rgw``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bh.devstack import binaries, docker_engine, probe
 from bh.devstack.auth import OPERATOR, PERMISSIONS, Secrets
 from bh.devstack.config import DevConfig
 from bh.devstack.process import Argv
+from bh.devstack.rgw import gateway
 from bh.devstack.service import Service
 from bh.devstack.state import StateDir
 
@@ -28,6 +30,7 @@ def services(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> 
         nats(config, state),
         moto(config, state),
         docker_engine.service(config, state, say),
+        gateway.service(config, state, say),
     )
 
 

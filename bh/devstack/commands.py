@@ -20,10 +20,11 @@ from bh.devstack.stack import Stack
 from bh.devstack.state import StateDir
 
 CORE = ("redis", "nats", "moto")  # required by default; docker is optional unless --require
+OPT_IN = ("rgw",)  # started only when --require names it; kept up once started
 
 app = typer.Typer(
-    help="Run the local dev services (Redis, NATS JetStream, moto S3/DynamoDB, Docker) "
-    "on 127.0.0.1. Every command is idempotent.",
+    help="Run the local dev services (Redis, NATS JetStream, moto S3/DynamoDB, Docker, and "
+    "with --require rgw Ceph's radosgw S3) on 127.0.0.1. Every command is idempotent.",
     no_args_is_help=True,
 )
 
@@ -41,13 +42,15 @@ Require = Annotated[
 def up(without: Without = None, require: Require = None) -> None:
     """Start every service not yet running and write <state>/env.
 
-    redis, nats and moto are required; docker is optional unless --require docker.
-    Exits 1 if a required service is not up.
+    redis, nats and moto are required; docker is optional unless --require docker; rgw
+    starts only with --require rgw, or when an earlier up started it. Exits 1 if a
+    required service is not up.
     """
     with _session() as (ui, stack, state):
         skip, extra = _names(stack, without), _names(stack, require)
         if clash := sorted(set(skip) & set(extra)):
             raise DevstackError(f"{', '.join(clash)}: given to both --without and --require")
+        skip += [name for name in OPT_IN if name not in extra and not _was_started(stack, name)]
         required = [name for name in (*CORE, *extra) if name not in skip]
         with state.locked():
             reports = stack.up(skip=skip, required=required)
@@ -75,7 +78,9 @@ def status() -> None:
 
 
 @app.command()
-def restart(service: Annotated[str, typer.Argument(help="redis, nats, moto or docker")]) -> None:
+def restart(
+    service: Annotated[str, typer.Argument(help="redis, nats, moto, docker or rgw")],
+) -> None:
     """Stop and start one service afresh (moto comes back empty)."""
     with _session() as (ui, stack, state):
         stack.get(service)
@@ -90,7 +95,7 @@ def env() -> None:
     """Print `export` lines for the services answering now: eval "$(bh dev env)"."""
     with _session() as (ui, stack, _state):
         exports = stack.exports()
-        missing = [r.service for r in stack.status() if not r.up]
+        missing = [r.service for r in stack.status() if not r.up and r.service not in OPT_IN]
         if missing:
             ui.warn(f"# not running, so not exported: {', '.join(missing)} (bh dev up)")
         typer.echo(envfile.render(exports), nl=False)
@@ -144,6 +149,13 @@ def _console(*, stderr: bool) -> Console:
 
 def _names(stack: Stack, given: Sequence[str] | None) -> list[str]:
     return [stack.get(name).name for name in given or ()]
+
+
+def _was_started(stack: Stack, name: str) -> bool:
+    """An opt-in service an earlier ``up`` started (its pidfile is there, even if the
+    machine restarted since) or that answers: ``up`` keeps it up."""
+    service = stack.get(name)
+    return service.pid_path.exists() or service.ready()
 
 
 def _exit_if_fatal(reports: Sequence[Report]) -> None:

@@ -24,6 +24,8 @@ class Ports:
     nats: int = 14222
     nats_http: int = 18222
     moto: int = 15000
+    rgw: int = 17480  # radosgw's S3 endpoint
+    ceph_mon: int = 13300  # the Ceph monitor radosgw and its OSD talk to
 
 
 PORT_VARS: Mapping[str, str] = {
@@ -31,6 +33,8 @@ PORT_VARS: Mapping[str, str] = {
     "nats": "BH_DEV_NATS_PORT",
     "nats_http": "BH_DEV_NATS_HTTP_PORT",
     "moto": "BH_DEV_MOTO_PORT",
+    "rgw": "BH_DEV_RGW_PORT",
+    "ceph_mon": "BH_DEV_CEPH_MON_PORT",
 }
 
 

@@ -9,23 +9,19 @@ failure says so and what to run instead.
 from __future__ import annotations
 
 import os
-import shlex
-import shutil
-import subprocess
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from bh.devstack import binaries, probe
+from bh.devstack import apt, binaries, probe
 from bh.devstack.config import DevConfig
 from bh.devstack.errors import DevstackError
-from bh.devstack.process import Argv, log_tail, runs
+from bh.devstack.process import Argv, runs
 from bh.devstack.service import Service
 from bh.devstack.state import StateDir
 
 VFS_FALLBACK = "--storage-driver=vfs"
 _SKIP_HINT = "or skip it with `bh dev up --without docker`"
-_APT_TIMEOUT_S = 900
 #: the pid files dockerd writes by default, each with the program it names: dockerd will
 #: not start while its own exists, nor while the containerd it started looks alive
 ENGINE_PIDFILES = (
@@ -110,38 +106,6 @@ def clear_stale_pidfile(path: Path, program: str) -> bool:
 
 def install_docker_io(log: Path) -> None:
     """``apt-get install docker.io`` non-interactively, its output appended to ``log``."""
-    apt_get = shutil.which("apt-get", path=binaries.system_path())
-    if apt_get is None:
-        raise DevstackError(f"dockerd not found and no apt-get to install it ({_SKIP_HINT})")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    wait_for_lock = ("-o", "DPkg::Lock::Timeout=300")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    for argv in (
-        (apt_get, *wait_for_lock, "update"),
-        (apt_get, *wait_for_lock, "install", "-y", "docker.io"),
-    ):
-        _run_logged(argv, log, env)
+    apt.install(("docker.io",), log, skip_hint=_SKIP_HINT)
     if binaries.dockerd() is None:
         raise DevstackError(f"docker.io was installed but dockerd is still missing; see {log}")
-
-
-def _run_logged(argv: Argv, log: Path, env: dict[str, str]) -> None:
-    with log.open("a") as out:
-        out.write(f"--- bh dev: running {shlex.join(argv)}\n")
-        out.flush()
-        try:
-            code = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                timeout=_APT_TIMEOUT_S,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = -1
-    if code != 0:
-        raise DevstackError(
-            f"`{shlex.join(argv)}` failed (exit {code}); last lines of {log}:\n{log_tail(log)}"
-        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,19 @@ def http_status(host: str, port: int, path: str) -> int | None:
     return _status(conn, path)
 
 
+def s3_status(host: str, port: int, *, access_key: str, secret_key: str) -> int | None:
+    """The status of an S3 ``ListBuckets`` signed (SigV4) with these keys, or None: 200
+    only from a server that knows the user."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method="GET", url=f"http://{host}:{port}/")
+    S3SigV4Auth(Credentials(access_key, secret_key), "s3", "us-east-1").add_auth(request)
+    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    return _status(conn, "/", headers=dict(request.headers.items()))
+
+
 def unix_http_status(socket_path: Path, path: str) -> int | None:
     """The status of ``GET path`` over a Unix socket (the Docker API), or None."""
     return _status(_UnixHTTPConnection(socket_path), path)
@@ -111,9 +125,11 @@ def unix_http_json(socket_path: Path, path: str) -> Any:
         conn.close()
 
 
-def _status(conn: http.client.HTTPConnection, path: str) -> int | None:
+def _status(
+    conn: http.client.HTTPConnection, path: str, *, headers: Mapping[str, str] | None = None
+) -> int | None:
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=dict(headers or {}))
         response = conn.getresponse()
         response.read()
         return response.status

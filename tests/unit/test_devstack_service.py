@@ -89,7 +89,7 @@ def test_two_services_on_one_port_are_rejected() -> None:
 
 def test_services_keep_logs_pids_and_data_under_the_state_dir(tmp_path: Path) -> None:
     services = _services({}, tmp_path)
-    assert list(services) == ["redis", "nats", "moto", "docker"]
+    assert list(services) == ["redis", "nats", "moto", "docker", "rgw"]
     for name, service in services.items():
         assert service.log_path == tmp_path / "logs" / f"{name}.log"
         assert service.pid_path == tmp_path / "run" / f"{name}.pid"
@@ -160,6 +160,8 @@ def test_env_file_has_every_variable_the_tests_read(tmp_path: Path) -> None:
         "export AWS_SECRET_ACCESS_KEY=testing",
         "export AWS_DEFAULT_REGION=us-east-1",
         "export DOCKER_HOST=unix:///var/run/docker.sock",
+        "export BH_RGW_ENDPOINT_URL=http://127.0.0.1:17480",
+        f"export BH_RGW_CREDENTIALS_FILE={secrets}/rgw.credentials",
     ]
 
 
