@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
 from bh import (
@@ -25,6 +28,33 @@ app = typer.Typer(
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
     no_args_is_help=True,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"brainhands {_version()}")
+        raise typer.Exit()
+
+
+def _version() -> str:
+    try:
+        return version("brainhands")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """brainhands: durable Brain/Hands execution for long-running agent tasks."""
+
+
 app.add_typer(devstack.app, name="dev", help="Start and stop local infrastructure.")
 app.add_typer(store_commands.app, name="store")
 app.add_typer(images_commands.app, name="images")

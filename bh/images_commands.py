@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bh.service_image import build_service_image
 from contracts import BrainhandsError
 from hands.images import build_images, list_images, tool_directories
 
@@ -48,11 +49,22 @@ def build(
             "Debian base, which is built with debootstrap when missing.",
         ),
     ] = None,
+    services: Annotated[
+        bool,
+        typer.Option(
+            "--services",
+            help="Also build the brainhands service image (every role; from a wheelhouse, "
+            "no index inside the build).",
+        ),
+    ] = False,
     docker_host: DockerHost = None,
 ) -> None:
     """Build the base and tool images; images already up to date are skipped."""
     started = time.monotonic()
     built = _run(build_images(docker_host, names=names or None, base=base, say=console.print))
+    if services:
+        service = _run(build_service_image(docker_host, say=console.print))
+        built[service.tag] = service
     fresh = sum(not image.skipped for image in built.values())
     console.print(
         f"{len(built)} images ready ({fresh} built, {len(built) - fresh} up to date) "
