@@ -17,9 +17,11 @@ import time
 import pytest
 
 from tests.support.processes import python_module
-from tests.support.stores import StoreLocation
+from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = [pytest.mark.chaos, pytest.mark.store, pytest.mark.slow]
+
+location = location_fixture(SUITE_BACKENDS)  # also on radosgw
 
 KILLS = 20
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import python_module
-from tests.support.stores import StoreLocation
+from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = [pytest.mark.store, pytest.mark.slow]
+
+location = location_fixture(SUITE_BACKENDS)  # also on radosgw
 
 WORKERS = 4
 ATTEMPTS = 25

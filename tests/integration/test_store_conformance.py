@@ -1,7 +1,8 @@
-"""One conformance suite for the Session Store, run against SQLite, S3 and DynamoDB.
+"""One conformance suite for the Session Store, run against SQLite, S3 (moto and Ceph's
+radosgw) and DynamoDB.
 
 Every behaviour a backend must show lives here, bad input included; the backend
-parameter comes from the ``location`` fixture (tests/conftest.py).
+parameter comes from the ``location`` fixture (``tests.support.stores.location_fixture``).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from contracts import (
 from session_store import layout, open_store
 from session_store.codec import decode
 from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
-from tests.support.stores import StoreLocation
+from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = pytest.mark.store
+
+location = location_fixture(SUITE_BACKENDS)  # also on radosgw
 
 F = 1  # the fence of "the lease holder" in tests that are not about fencing
 

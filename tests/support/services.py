@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,7 +21,11 @@ DEFAULTS = {
     "BH_AWS_ENDPOINT_URL": "http://127.0.0.1:15000",
     "BH_REDIS_URL": f"redis://127.0.0.1:16379/0?passfile={_SECRETS}/redis.pass",
     "BH_NATS_URL": f"nats://operator@127.0.0.1:14222?passfile={_SECRETS}/nats-operator.pass",
+    "BH_RGW_ENDPOINT_URL": "http://127.0.0.1:17480",
+    "BH_RGW_CREDENTIALS_FILE": f"{_SECRETS}/rgw.credentials",
 }
+#: what botocore takes before a shared-credentials file (``AWS_PROFILE`` picks another)
+_AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
 def in_ci() -> bool:
@@ -40,15 +45,19 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def require(variable: str, what: str) -> str:
+def require(variable: str, what: str, *, start: str = "bh dev up") -> str:
     """The URL of a real server, or skip (locally) / fail (CI) when it is not there."""
     url = url_of(variable)
     if not reachable(url):
-        message = f"{what} is not reachable at {url} (start it with `bh dev up`)"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{what} is not reachable at {url} (start it with `{start}`)")
     return url
+
+
+def missing(message: str) -> NoReturn:
+    """Skip the test locally; fail it under CI, which must have every service."""
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def aws_environment() -> None:
@@ -56,3 +65,17 @@ def aws_environment() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def rgw_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give this test radosgw's keys: botocore reads the 0600 shared-credentials file
+    that `bh dev up --require rgw` wrote (``BH_RGW_CREDENTIALS_FILE``), as any client
+    would. The AWS keys in the environment (moto's dummy ones, from `bh dev env`) would
+    take precedence over the file, so they are removed for the test."""
+    path = Path(url_of("BH_RGW_CREDENTIALS_FILE"))
+    if not path.is_file():
+        missing(f"radosgw's credentials file {path} is missing (`bh dev up --require rgw`)")
+    for name in _AWS_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(path))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
