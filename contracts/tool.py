@@ -2,8 +2,13 @@
 
 A tool image declares itself in labels under ``io.brainhands.tool.`` (``LABELS``); the
 registry reads them once, pins the image by its id, and keeps the result as a
-``ToolDefinition`` — create-once per ``name@version``. Both services read definitions
+``ToolDefinition`` — registered once per ``name@version``. Both services read definitions
 from the registry: the Brain for schemas and replay policy, the Hands to run them.
+
+A registered definition changes only by revisions (``ToolRevision``, create-once, each
+with who, when, what and why): an image rebuilt from the same recipe (the
+``io.brainhands.recipe`` label, ``RECIPE_LABEL``) replaces the pinned image id, and an
+operator may change the network grant. Everything else a version declares is fixed.
 
 How a container meets its executor (the I/O contract, see ``docs/tools.md``):
 
@@ -33,6 +38,12 @@ TOOL_RECORD_VERSION: Final = 1
 #: Largest frozen arguments of a sandboxed call: they travel in the container's env.
 MAX_ARGUMENT_BYTES: Final = 64 * 1024
 LABEL_PREFIX: Final = "io.brainhands.tool."
+#: The digest of the recipe an image was built from (its directory's files, not its
+#: base): images with the same digest run the same code. Set by ``bh images build``.
+RECIPE_LABEL: Final = "io.brainhands.recipe"
+#: The hash of the recipe and the base image together: ``bh images build`` never makes
+#: two images with one build hash (it skips the second build).
+BUILD_HASH_LABEL: Final = "io.brainhands.build-hash"
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 # An egress destination: host:port (a name or an IPv4 address, never a wildcard).
@@ -72,6 +83,9 @@ class Termination(StrEnum):
     OUTPUT_LIMIT = "output_limit"
     INVALID_OUTPUT = "invalid_output"
     SANDBOX_ERROR = "sandbox_error"
+    #: killed by a signal the executor did not send (the engine stopping, an operator's
+    #: ``docker stop``): whether its effect happened is unknown, as with exit 75
+    INTERRUPTED = "interrupted"
 
 
 class Limits(Frozen):
@@ -114,6 +128,12 @@ class ToolDefinition(Frozen):
     config: dict[ConfigName, str] = Field(default_factory=dict)
     image: str
     image_id: str
+    #: ``RECIPE_LABEL`` of the image; None: unknown (only this image id is this version)
+    recipe: str | None = Field(default=None, min_length=1, max_length=200)
+    #: ``BUILD_HASH_LABEL`` of the image, if it has one
+    build: str | None = Field(default=None, min_length=1, max_length=200)
+    #: which revision of ``name@version`` this is (1: as registered)
+    revision: int = Field(default=1, ge=1)
     registered_by: str = ""
     registered_at: AwareDatetime = Field(default_factory=utcnow)
 
@@ -132,6 +152,49 @@ class ToolDefinition(Frozen):
             other.version,
             other.image_id,
         )
+
+    def same_recipe(self, other: ToolDefinition) -> bool:
+        """Whether ``other`` is this version built again from the same recipe (both
+        images declare it; without a recipe on both sides nothing says so). Not when
+        both declare one build hash too: no build makes a second image of one recipe on
+        one base, but an image built ``FROM`` this one inherits its labels."""
+        if self.recipe is None or (self.name, self.version, self.recipe) != (
+            other.name,
+            other.version,
+            other.recipe,
+        ):
+            return False
+        return self.build is None or self.build != other.build
+
+
+class ToolChange(StrEnum):
+    """What made a revision of a registered tool."""
+
+    REGISTERED = "registered"
+    #: the image was rebuilt from the same recipe: a new image id
+    REBUILT = "rebuilt"
+    #: an operator changed the network grant
+    GRANT = "grant"
+
+
+class ToolRevision(Frozen):
+    """One revision of ``name@version``: the definition from then on, and who changed
+    what, when and why. Create-once per revision number: of two changes made at once,
+    one is refused."""
+
+    v: Literal[1] = TOOL_RECORD_VERSION
+    type: Literal["tool_revision"] = "tool_revision"
+    definition: ToolDefinition
+    change: ToolChange
+    by: str = Field(default="", max_length=400)
+    at: AwareDatetime = Field(default_factory=utcnow)
+    reason: str = Field(default="", max_length=1000)
+    #: what changed, in words (e.g. ``allow: a:80 -> b:80``)
+    detail: str = ""
+
+    @property
+    def rev(self) -> int:
+        return self.definition.revision
 
 
 class DispatchMode(StrEnum):

@@ -16,6 +16,7 @@ partition                               item                        value
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
 ``catalog/tools``                       ``<name>@<version, 6 dig>`` ToolDefinition (JSON)
+``catalog/revisions/<name>@<version>``  rev, 10 digits              ToolRevision (JSON)
 ======================================  ==========================  =====================
 
 On S3 a key is the object ``<prefix>/<partition>/<item>``; on DynamoDB the item's
@@ -110,3 +111,7 @@ TOOLS_PARTITION = "catalog/tools"
 
 def tool_item(name: str, version: int) -> str:
     return f"{name}@{version:06d}"
+
+
+def tool_revisions_partition(name: str, version: int) -> str:
+    return f"catalog/revisions/{tool_item(name, version)}"
