@@ -45,6 +45,18 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports nothing listens on right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def require(variable: str, what: str, *, start: str = "bh dev up") -> str:
     """The URL of a real server, or skip (locally) / fail (CI) when it is not there."""
     url = url_of(variable)

@@ -40,7 +40,7 @@ def service(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> S
     log = state.log("rgw")
 
     def launches() -> tuple[Argv, ...]:
-        missing = _missing()
+        missing = missing_programs()
         if missing:
             raise DevstackError(f"{', '.join(missing)} not found: install {' '.join(PACKAGES)}")
         where = ("--root", str(cluster.root), "--host", cluster.host)
@@ -49,7 +49,7 @@ def service(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> S
         return ((*module, *where, *ports, "--credentials", str(credentials)),)
 
     def prepare() -> None:
-        if _missing():
+        if missing_programs():
             say(f"rgw: installing {' '.join(PACKAGES)} with apt-get (output in {log})")
             apt.install(PACKAGES, log, skip_hint=_SKIP_HINT, recommends=False)
 
@@ -83,6 +83,7 @@ def service(config: DevConfig, state: StateDir, say: Callable[[str], None]) -> S
     )
 
 
-def _missing() -> list[str]:
+def missing_programs() -> list[str]:
+    """The programs of PROGRAMS not installed (on PATH or in the sbin directories)."""
     path = binaries.system_path()
     return [program for program in PROGRAMS if shutil.which(program, path=path) is None]
