@@ -505,7 +505,10 @@ class Executor:
         current = await self.store.get_operation(record.operation_id) or record
         if current.status.is_final:
             return await self.store.get_operation_result(record.operation_id)
-        unknown = outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN
+        interrupted = outcome.termination is Termination.INTERRUPTED
+        unknown = interrupted or (
+            outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN
+        )
         if current.cancel and (unknown or outcome.termination is Termination.CANCELLED):
             await self.sandbox.remove(record.operation_id)
             await self._park(
@@ -518,6 +521,8 @@ class Executor:
             await self.sandbox.remove(record.operation_id)
             said = outcome.output.get("error") if isinstance(outcome.output, dict) else None
             why = f"attempt {record.attempts} reported its outcome unknown ({said or 'exit 75'})"
+            if interrupted:
+                why = f"attempt {record.attempts} was {outcome.detail}; its outcome is unknown"
             return await self._recover(record, definition, why)
         result = await self._result(record, outcome, path)
         self.crash.reached("hands:collected")
@@ -653,6 +658,7 @@ def _error_of(record: Operation, outcome: RunOutcome) -> ErrorInfo:
         Termination.OUTPUT_LIMIT: "printed more than its output limit and was stopped",
         Termination.INVALID_OUTPUT: "exited 0 but its output is not one JSON document",
         Termination.SANDBOX_ERROR: f"could not be run: {outcome.detail}",
+        Termination.INTERRUPTED: f"was {outcome.detail}",
     }
     message = f"{record.tool} {messages[outcome.termination]}"
     if said:

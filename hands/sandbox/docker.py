@@ -473,6 +473,7 @@ class DockerSandbox:
             timed_out=watch.timed_out,
             oom=oom,
             invalid=exit_code == 0 and problem is not None,
+            interrupted=exit_code in _SIGNALLED,
         )
         details = {
             Termination.OUTPUT_LIMIT: f"wrote more than {limits.output_bytes} bytes to stdout",
@@ -480,6 +481,10 @@ class DockerSandbox:
             Termination.OOM_KILLED: f"exceeded its memory limit of {limits.memory_bytes} bytes",
             Termination.INVALID_OUTPUT: f"exit 0 but stdout is not one JSON document ({problem})",
             Termination.EXITED: f"exit code {exit_code}",
+            Termination.INTERRUPTED: (
+                f"killed by signal {exit_code - 128}, which the executor did not send (the "
+                "engine stopping, or an operator's docker stop/kill)"
+            ),
         }
         detail = "; ".join([details[termination], *watch.notes, state.get("Error") or ""])
         return RunOutcome(
@@ -667,13 +672,17 @@ def _close_stream(stream: Any) -> None:
         stream._response.close()
 
 
-def _termination(*, over_limit: bool, timed_out: bool, oom: bool, invalid: bool) -> Termination:
-    """The first that applies: what the executor did wins over what the tool did."""
+def _termination(
+    *, over_limit: bool, timed_out: bool, oom: bool, invalid: bool, interrupted: bool
+) -> Termination:
+    """The first that applies: what the executor did wins over what the tool did; a
+    SIGKILL/SIGTERM death that none of these explains came from outside."""
     rules = (
         (over_limit, Termination.OUTPUT_LIMIT),
         (timed_out, Termination.TIMEOUT),
         (oom, Termination.OOM_KILLED),
         (invalid, Termination.INVALID_OUTPUT),
+        (interrupted, Termination.INTERRUPTED),
     )
     return next((reason for applies, reason in rules if applies), Termination.EXITED)
 

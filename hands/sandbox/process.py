@@ -168,8 +168,8 @@ class ProcessSandbox:
         except ValueError:
             parsed = False
         if termination is None:
-            if code is None:
-                termination = Termination.SANDBOX_ERROR
+            if code is None or code < 0:  # a signal this sandbox did not send
+                termination = Termination.INTERRUPTED
             elif code == 0 and not parsed:
                 termination = Termination.INVALID_OUTPUT
             else:
@@ -185,6 +185,7 @@ class ProcessSandbox:
             reconnected=reconnected,
             started_at=started,
             finished_at=datetime.now(UTC),
+            detail=_interrupted_how(code) if termination is Termination.INTERRUPTED else "",
         )
 
     async def state(
@@ -280,6 +281,12 @@ def _read(path: Path) -> str:
         return path.read_bytes().decode(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def _interrupted_how(code: int | None) -> str:
+    if code is None:
+        return "killed before it recorded its exit status (a signal the executor did not send)"
+    return f"killed by signal {-code}, which the executor did not send"
 
 
 def _wrapper(where: Path, command: list[str]) -> int:

@@ -187,3 +187,45 @@ async def test_two_deployments_on_one_engine_run_the_same_operation_id_apart(
 
 async def _running(box: DockerSandbox, op: str) -> bool:
     return await box.state(op) is RunState.RUNNING
+
+
+async def test_a_run_stopped_from_outside_is_an_unknown_outcome_not_a_tool_failure(
+    store: SessionStore, sandbox: DockerSandbox
+) -> None:
+    """The engine stopping (``dockerd`` restarted: SIGTERM to every container) or an
+    operator's ``docker stop`` ends a run with 143 — a signal the Hands did not send.
+    Whether its effect happened is unknown: recovered by the tool's policy (``sleep``
+    is safe: run again), never recorded as the tool failing."""
+    await register_image(store, sandbox, tool_tag("sleep"))
+    handling = asyncio.create_task(
+        executor(store, sandbox, []).handle(dispatch("sleep", {"seconds": 4}, op="op-stopped"))
+    )
+    client = docker.DockerClient(base_url=DOCKER)
+    try:
+        name = await _running_container_of(client, "op-stopped")
+        await asyncio.to_thread(client.containers.get(name).stop, timeout=0)
+    finally:
+        client.close()
+    result = await asyncio.wait_for(handling, 60)
+    assert result is not None and result.succeeded, result
+    assert result.output == {"slept": 4} and result.path == "replayed"
+    record = await store.get_operation("op-stopped")
+    assert record is not None and record.attempts == 2
+
+
+async def _running_container_of(client: docker.DockerClient, operation_id: str) -> str:
+    async def running() -> str:
+        found = await asyncio.to_thread(
+            client.containers.list, filters={"label": f"io.brainhands.operation={operation_id}"}
+        )
+        assert found, f"no running container of {operation_id} yet"
+        return str(found[0].name)
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        try:
+            return await running()
+        except AssertionError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)

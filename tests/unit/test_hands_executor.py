@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,12 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from contracts import Operation, OperationStatus, ReplayPolicy, utcnow
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
-from hands.sandbox import RunSpec
+from hands.sandbox import RunSpec, container_name
 from hands.sandbox import process as process_sandbox
 from hands.sandbox.process import ProcessSandbox
 from lifecycle.decision import LifecycleSettings
@@ -412,6 +415,10 @@ async def test_a_cancel_before_the_claim_means_the_run_never_starts(hands: Hands
     assert final is not None and final.status is OperationStatus.CANCELLED
 
 
+async def _exists(path: Path) -> bool:
+    return await asyncio.to_thread(path.exists)
+
+
 async def _running_here(hands: Hands, op: str) -> bool:
     return await hands.sandbox.state(op) is not None
 
@@ -462,3 +469,29 @@ async def test_unknown_outcomes_are_bounded_then_parked(hands: Hands) -> None:
     assert record is not None and record.status is OperationStatus.UNCERTAIN
     assert record.attempts == MAX_ATTEMPTS and "operator" in (record.reason or "")
     assert hands.runs() == ["op-1"] * MAX_ATTEMPTS
+
+
+@pytest.mark.parametrize("whom", ["the tool", "its process group"])
+async def test_a_run_killed_from_outside_is_an_unknown_outcome_not_a_tool_failure(
+    hands: Hands, whom: str
+) -> None:
+    """A SIGTERM the executor did not send (a host shutting down, an operator's kill):
+    the safe tool runs again with the same id instead of failing its task."""
+    running = asyncio.create_task(hands.executor().handle(dispatch(sleep=1.5)))
+    run = hands.sandbox.root / container_name("op-1", DispatchMode.RUN)
+    await assert_eventually(lambda: _exists(run / "pid"), within=10)
+    wrapper = int((run / "pid").read_text())
+    if whom == "the tool":
+        await assert_eventually(lambda: _has_children(wrapper), within=10)
+        os.kill(psutil.Process(wrapper).children()[0].pid, signal.SIGTERM)
+    else:
+        os.killpg(wrapper, signal.SIGTERM)
+    result = await asyncio.wait_for(running, 20)
+    assert result is not None
+    assert (result.succeeded, result.path) == (True, "replayed"), result.error
+    record = await hands.store.get_operation("op-1")
+    assert record is not None and record.attempts == 2
+
+
+async def _has_children(pid: int) -> bool:
+    return bool(psutil.Process(pid).children())
