@@ -19,6 +19,7 @@ from bh import (
     tools_commands,
 )
 from brain import __main__ as brain_main
+from contracts import BrainhandsError
 from hands import __main__ as hands_main
 from hands import api_server
 from scheduler import __main__ as scheduler_main
@@ -84,7 +85,14 @@ app.command(
 
 
 def main() -> None:
-    app()
+    """``bh``: a project error that a command did not handle is one line on stderr
+    (``code: message``) and exit status 2, as the commands that run their own say it —
+    a traceback is for bugs, not for a refusal the user can act on."""
+    try:
+        app()
+    except BrainhandsError as error:
+        typer.echo(f"{error.code}: {error.message}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -18,23 +18,27 @@ from contracts import (
     OperationStatus,
 )
 from contracts.model import Frozen
-from contracts.tool import ToolDefinition
+from contracts.tool import ToolDefinition, ToolRevision
 from hands.api.registration import request_of
 from hands.api.views import (
     CancelRequest,
+    GrantRequest,
     OperationList,
     OperationView,
     SettleRequest,
+    ToolHistory,
     ToolList,
     Verification,
+    checked,
 )
 
 _M = TypeVar("_M", bound=Frozen)
 
 
 class Registration(Frozen):
-    """A registered tool, and whether this request registered it (else: it already was,
-    identically)."""
+    """A registered tool, and whether this request changed the catalog (registered it,
+    or recorded a revision for an image rebuilt from the same recipe); else it already
+    was, identically."""
 
     tool: ToolDefinition
     created: bool
@@ -104,6 +108,30 @@ class HandsClient(ApiClient):
         response = await self._request("POST", "/v1/tools", json=request.model_dump())
         tool = self._parse(ToolDefinition, response)
         return Registration(tool=tool, created=response.status_code == 201)
+
+    async def grant_tool(
+        self,
+        name: str,
+        version: int,
+        *,
+        allow: Sequence[str],
+        by: str,
+        reason: str,
+        revision: int | None = None,
+    ) -> ToolRevision:
+        """Change what ``name@version`` may reach (``allow`` empty: no network); the
+        revision now current. ``revision``: only if it is still the current one."""
+        fields = {"version": version, "allow": list(allow), "by": by, "reason": reason}
+        request = checked(GrantRequest, {**fields, "revision": revision})
+        response = await self._request(
+            "POST", f"/v1/tools/{name}/grant", json=request.model_dump(exclude_none=True)
+        )
+        return self._parse(ToolRevision, response)
+
+    async def tool_history(self, name: str, version: int | None = None) -> ToolHistory:
+        params = {} if version is None else {"version": str(version)}
+        response = await self._request("GET", f"/v1/tools/{name}/history", params=params)
+        return self._parse(ToolHistory, response)
 
     async def tools(self) -> list[ToolDefinition]:
         return self._parse(ToolList, await self._request("GET", "/v1/tools")).tools

@@ -1,4 +1,5 @@
-"""``bh tools``: register tool images, list and inspect registered definitions.
+"""``bh tools``: register tool images, list and inspect registered definitions, change
+a registered tool's network grant and show its revisions.
 
 Through the Hands API when ``--api-url`` / ``BH_HANDS_API_URL`` is set (the image must
 be on the API host's engine); otherwise directly: the store at ``--store`` /
@@ -8,8 +9,8 @@ selects, Docker by default) — so a laptop registers without running the API.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated
 
 import typer
@@ -19,12 +20,12 @@ from bh.api_client import print_json, run
 from bh.hands_client import HandsClient, Registration
 from bh.ops_commands import ApiToken, ApiUrl, Json, console
 from contracts import InvalidInput, NotFound
-from contracts.tool import ToolDefinition
+from contracts.tool import ToolDefinition, ToolRevision
 from hands.api.registration import register_request, request_of
-from hands.api.views import ToolList
+from hands.api.views import GrantRequest, ToolHistory, ToolList, checked
 from hands.app import make_sandbox
 from hands.settings import HandsSettings
-from session_store import open_store
+from session_store import SessionStore, open_store
 
 app = typer.Typer(help="Register and inspect tool images.", no_args_is_help=True)
 
@@ -65,8 +66,13 @@ def register(
         print_json(registration)
         return
     tool = registration.tool
-    what = "registered" if registration.created else "already registered (unchanged)"
-    console.print(f"{tool.ref} {what}: {tool.image} ({tool.image_id})")
+    if not registration.created:
+        what = f"already registered (unchanged, revision {tool.revision})"
+    elif tool.revision > 1:
+        what = f"rebuilt from the same recipe: revision {tool.revision} runs the new image"
+    else:
+        what = "registered"
+    console.print(f"{tool.ref} {what}: {tool.image} ({tool.image_id})", soft_wrap=True)
 
 
 @app.command(name="list")
@@ -85,12 +91,71 @@ def list_(
 def inspect(
     name: Annotated[str, typer.Argument(help="The tool's name.")],
     version: Annotated[int | None, typer.Option(min=1, help="Default: the newest.")] = None,
+    history: Annotated[
+        bool, typer.Option("--history", help="Show every revision: who changed what, why.")
+    ] = False,
     store: StoreUrl = None,
     api_url: ApiUrl = None,
     token: ApiToken = None,
+    as_json: Json = False,
 ) -> None:
-    """Show one definition in full (JSON)."""
-    print_json(run(_definition(api_url, token, store, name, version)))
+    """Show one definition as the Hands run it now (JSON), or its revisions."""
+    if not history:
+        print_json(run(_definition(api_url, token, store, name, version)))
+        return
+    revisions = run(_history(api_url, token, store, name, version))
+    if as_json:
+        print_json(revisions)
+        return
+    console.print(history_table(revisions))
+
+
+@app.command()
+def grant(
+    tool: Annotated[str, typer.Argument(metavar="NAME@VERSION", help="A registered tool.")],
+    by: Annotated[str, typer.Option(help="Who makes the change (recorded).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded).")],
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(metavar="HOST:PORT", help="Allow this destination (repeat); replaces all."),
+    ] = None,
+    none: Annotated[bool, typer.Option("--none", help="Allow no network at all.")] = False,
+    if_revision: Annotated[
+        int | None, typer.Option(min=1, help="Refuse unless this is still the current revision.")
+    ] = None,
+    store: StoreUrl = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Change what a registered tool may reach, without a new image or version; recorded
+    as a revision (``bh tools inspect NAME --history``), used by the next run."""
+    name, version = parse_ref(tool)
+    if bool(allow) == none:
+        raise typer.BadParameter("give the destinations with --allow, or --none for no network")
+    fields = {"version": version, "allow": allow or [], "reason": reason, "by": by}
+    if if_revision is not None:
+        fields["revision"] = if_revision
+    revision = run(_grant(api_url, token, store, name, fields))
+    if as_json:
+        print_json(revision)
+        return
+    allowed = ", ".join(revision.definition.network.allow) or "no network"
+    console.print(
+        f"{revision.definition.ref} revision {revision.rev} ({revision.change.value} by "
+        f"{revision.by}): allows {allowed}",
+        soft_wrap=True,
+    )
+
+
+def parse_ref(ref: str) -> tuple[str, int]:
+    """``NAME@VERSION`` as its parts."""
+    name, _, version = ref.rpartition("@")
+    if not name or not version.isdigit() or int(version) < 1:
+        raise typer.BadParameter(
+            f"{ref!r} is not NAME@VERSION (e.g. send_email@1)", param_hint="NAME@VERSION"
+        )
+    return name, int(version)
 
 
 def parse_config(pairs: Sequence[str]) -> dict[str, str]:
@@ -106,17 +171,35 @@ def parse_config(pairs: Sequence[str]) -> dict[str, str]:
 
 def tools_table(definitions: list[ToolDefinition]) -> Table:
     table = Table(title="tools")
-    for column in ("tool", "replay", "timeout", "network", "query", "image", "registered"):
+    columns = ("tool", "rev", "replay", "timeout", "network", "query", "image", "registered")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for tool in definitions:
         table.add_row(
             tool.ref,
+            str(tool.revision),
             tool.replay.value,
             f"{tool.timeout_s:g} s",
             ", ".join(tool.network.allow) or "none",
             "yes" if tool.queryable else "no",
             f"{tool.image} ({tool.image_id.removeprefix('sha256:')[:12]})",
             f"{tool.registered_at:%Y-%m-%d %H:%M} by {tool.registered_by or '?'}",
+        )
+    return table
+
+
+def history_table(history: ToolHistory) -> Table:
+    table = Table(title=f"{history.tool}: revisions")
+    for column in ("rev", "change", "at", "by", "reason", "what"):
+        table.add_column(column, overflow="fold")
+    for revision in history.revisions:
+        table.add_row(
+            str(revision.rev),
+            revision.change.value,
+            f"{revision.at:%Y-%m-%d %H:%M:%S}",
+            revision.by or "?",
+            revision.reason,
+            revision.detail or f"image {revision.definition.image_id}",
         )
     return table
 
@@ -147,11 +230,8 @@ async def _definitions(
     if api_url:
         async with HandsClient(api_url, token or "") as hands:
             return await hands.tools()
-    store = await open_store(_store(store_url), read_only=True)
-    try:
+    async with _opened(store_url, read_only=True) as store:
         return await store.tools.definitions()
-    finally:
-        await store.close()
 
 
 async def _definition(
@@ -160,15 +240,68 @@ async def _definition(
     if api_url:
         async with HandsClient(api_url, token or "") as hands:
             return await hands.tool(name, version)
-    store = await open_store(_store(store_url), read_only=True)
-    try:
-        definition = await store.tools.get(name, version)
-    finally:
-        await store.close()
+    async with _opened(store_url, read_only=True) as store:
+        return await _registered(store, name, version)
+
+
+async def _history(
+    api_url: str | None, token: str | None, store_url: str | None, name: str, version: int | None
+) -> ToolHistory:
+    if api_url:
+        async with HandsClient(api_url, token or "") as hands:
+            return await hands.tool_history(name, version)
+    async with _opened(store_url, read_only=True) as store:
+        definition = await _registered(store, name, version)
+        revisions = await store.tools.history(name, definition.version)
+    return ToolHistory(tool=definition.ref, revisions=revisions)
+
+
+async def _grant(
+    api_url: str | None,
+    token: str | None,
+    store_url: str | None,
+    name: str,
+    fields: dict[str, object],
+) -> ToolRevision:
+    request = checked(GrantRequest, fields)
+    assert request.by is not None
+    if api_url:
+        async with HandsClient(api_url, token or "") as hands:
+            return await hands.grant_tool(
+                name,
+                request.version,
+                allow=request.allow,
+                by=request.by,
+                reason=request.reason,
+                revision=request.revision,
+            )
+    async with _opened(store_url, read_only=False) as store:
+        revision, _ = await store.tools.grant(
+            name,
+            request.version,
+            request.network,
+            by=request.by,
+            reason=request.reason,
+            expected=request.revision,
+        )
+    return revision
+
+
+async def _registered(store: SessionStore, name: str, version: int | None) -> ToolDefinition:
+    definition = await store.tools.get(name, version)
     if definition is None:
         where = name if version is None else f"{name}@{version}"
         raise NotFound(f"tool {where} is not registered", tool=name)
     return definition
+
+
+@asynccontextmanager
+async def _opened(store_url: str | None, *, read_only: bool) -> AsyncIterator[SessionStore]:
+    store = await open_store(_store(store_url), read_only=read_only)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def _store(store_url: str | None) -> str:

@@ -6,7 +6,9 @@ registry needed); every ``sandbox-images/tools/<dir>/`` becomes
 ``python:3.12-slim`` in production). Each image carries the hash of its recipe in the
 label ``io.brainhands.build-hash`` — the base script's content; a tool directory's files
 together with its base image id — and is built only when no image with that tag and
-hash exists, so building again is a few inspections.
+hash exists, so building again is a few inspections. A tool image also carries the
+digest of its directory's files alone (``RECIPE_LABEL``, ``io.brainhands.recipe``): the
+same on every base, it tells the registry that a rebuilt image runs the same code.
 
 Images are only added, never removed: a registered tool pins an image by id, and a
 rebuild must not take that image away.
@@ -28,10 +30,10 @@ import docker  # type: ignore[import-untyped]
 import requests
 
 from contracts.errors import BrainhandsError, InvalidInput, NotFound
-from contracts.tool import LABEL_PREFIX
+from contracts.tool import BUILD_HASH_LABEL as BUILD_HASH_LABEL  # re-exported
+from contracts.tool import LABEL_PREFIX, RECIPE_LABEL
 
 BASE_IMAGE: Final = "brainhands/base:bookworm"
-BUILD_HASH_LABEL: Final = "io.brainhands.build-hash"
 SANDBOX_IMAGES: Final = Path(__file__).resolve().parents[1] / "sandbox-images"
 TOOL_REPOSITORY: Final = "brainhands/tool-"
 
@@ -75,11 +77,13 @@ def tool_directories(root: Path = SANDBOX_IMAGES) -> dict[str, Path]:
 
 def build_hash(directory: Path, *, base_id: str) -> str:
     """The recipe hash of a tool image: its directory's files and its base image id."""
-    digest = hashlib.sha256(f"base\0{base_id}\0".encode())
-    for path in sorted(_recipe_files(directory)):
-        digest.update(f"{path.relative_to(directory).as_posix()}\0".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return f"sha256:{digest.hexdigest()}"
+    return _files_digest(directory, f"base\0{base_id}\0".encode())
+
+
+def recipe_digest(directory: Path) -> str:
+    """The digest of a tool directory's files alone (``RECIPE_LABEL``): one per recipe,
+    whatever base its image is built on."""
+    return _files_digest(directory, b"recipe\0")
 
 
 def base_hash(root: Path = SANDBOX_IMAGES) -> str:
@@ -173,9 +177,13 @@ async def _given_base(client: Any, base: str, say: Say) -> BuiltImage:
 
 
 async def _tool(client: Any, tag: str, directory: Path, base: BuiltImage, say: Say) -> BuiltImage:
-    wanted = build_hash(directory, base_id=base.image_id)
+    wanted = {
+        BUILD_HASH_LABEL: build_hash(directory, base_id=base.image_id),
+        RECIPE_LABEL: recipe_digest(directory),
+    }
     found = await _inspect(client, tag)
-    if found is not None and found.labels.get(BUILD_HASH_LABEL) == wanted:
+    # an image built before it was labelled with its recipe is built once more
+    if found is not None and all(found.labels.get(k) == v for k, v in wanted.items()):
         say(f"{tag}: up to date")
         return BuiltImage(tag, found.id, skipped=True)
     started = time.monotonic()
@@ -184,7 +192,7 @@ async def _tool(client: Any, tag: str, directory: Path, base: BuiltImage, say: S
         path=str(directory),
         tag=tag,
         buildargs={"BASE": base.tag},
-        labels={BUILD_HASH_LABEL: wanted},
+        labels=wanted,
         rm=True,
         forcerm=True,
         pull=False,
@@ -272,6 +280,14 @@ def _explain(error: BaseException) -> str:
 
 def _base_script(root: Path) -> Path:
     return root / "base" / "build"
+
+
+def _files_digest(directory: Path, prefix: bytes) -> str:
+    digest = hashlib.sha256(prefix)
+    for path in sorted(_recipe_files(directory)):
+        digest.update(f"{path.relative_to(directory).as_posix()}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"sha256:{digest.hexdigest()}"
 
 
 def _recipe_files(directory: Path) -> Iterator[Path]:

@@ -1,17 +1,23 @@
 """Registering tool images: read the labels, pin the image by id, record the definition.
 
-The record is create-once per ``name@version`` in the store's catalog: registering the
-same image again is a no-op, another image under a registered version is refused.
+The store's catalog decides (``session_store.catalog``): registering the same image
+again is a no-op, an image of the same recipe (``RECIPE_LABEL``, set by ``bh images
+build``) is a revision with the new image id, another image under a registered version
+is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from contracts.tool import ToolDefinition
+from contracts import InvalidInput
+from contracts.tool import BUILD_HASH_LABEL, RECIPE_LABEL, ToolDefinition
 from hands.labels import ToolCaps, definition_from_labels
 from hands.sandbox import Sandbox
 from session_store import SessionStore
+
+#: Longest recipe or build hash label accepted (a digest is 71 characters).
+MAX_DIGEST_CHARACTERS = 200
 
 
 async def register_image(
@@ -26,15 +32,45 @@ async def register_image(
 ) -> ToolDefinition:
     """Register ``image`` (a local tag or id); ``allow`` grants egress destinations;
     limits past ``caps`` (the operator's, default ``ToolCaps()``) are refused."""
+    definition = await image_definition(
+        sandbox, image, allow=allow, config=config, registered_by=registered_by, caps=caps
+    )
+    return await store.tools.register(definition)
+
+
+async def image_definition(
+    sandbox: Sandbox,
+    image: str,
+    *,
+    allow: Sequence[str] = (),
+    config: Mapping[str, str] | None = None,
+    registered_by: str = "",
+    caps: ToolCaps | None = None,
+) -> ToolDefinition:
+    """The definition ``image`` declares, pinned by its id, with its recipe digest and
+    build hash (how the catalog tells a rebuilt image from other code)."""
     image_id = await sandbox.image_id(image)
-    labels = await sandbox.image_labels(image)
+    labels = {str(k): str(v) for k, v in (await sandbox.image_labels(image)).items()}
     definition = definition_from_labels(
         image,
         image_id,
-        {str(k): str(v) for k, v in labels.items()},
+        labels,
         allow=allow,
         config=config,
         registered_by=registered_by,
         caps=caps,
     )
-    return await store.tools.register(definition)
+    return definition.model_copy(
+        update={"recipe": _digest(labels, RECIPE_LABEL), "build": _digest(labels, BUILD_HASH_LABEL)}
+    )
+
+
+def _digest(labels: Mapping[str, str], label: str) -> str | None:
+    value = labels.get(label, "").strip()
+    if len(value) > MAX_DIGEST_CHARACTERS:
+        raise InvalidInput(
+            f"label {label} is {len(value)} characters; at most {MAX_DIGEST_CHARACTERS} are "
+            "allowed (a digest such as sha256:…)",
+            label=label,
+        )
+    return value or None  # empty: the image says nothing

@@ -1,22 +1,22 @@
-"""Registering an image for a caller who must learn what happened: created, already
-there identically, or refused (no web framework here: the CLI uses it directly too).
+"""Registering an image for a caller who must learn what happened: created, rebuilt
+from the same recipe (a new revision), already there identically, or refused (no web
+framework here: the CLI uses it directly too).
 
-The catalog keeps the first registration of an image under a version; a request that
-grants that image other destinations or config would be silently reduced to the first
-one's, so it is refused (``AlreadyExists``) instead.
+A request that grants a registered version other destinations or config than it has
+would be silently reduced to what is on record, so it is refused (``AlreadyExists``)
+before anything is written: a grant is changed with ``bh tools grant`` (the catalog's
+``grant``), config by registering a new version.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import ValidationError
-
-from contracts import AlreadyExists, InvalidInput, utcnow
+from contracts import AlreadyExists
 from contracts.tool import ToolDefinition
-from hands.api.views import RegisterRequest
+from hands.api.views import RegisterRequest, checked
 from hands.labels import ToolCaps
-from hands.registry import register_image
+from hands.registry import image_definition
 from hands.sandbox import Sandbox
 from session_store import SessionStore
 
@@ -32,12 +32,7 @@ def request_of(
     fields: dict[str, object] = {"image": image, "allow": list(allow), "config": dict(config or {})}
     if registered_by is not None:
         fields["registered_by"] = registered_by
-    try:
-        return RegisterRequest.model_validate(fields)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise InvalidInput(f"{where} is invalid: {first['msg']}", field=where) from None
+    return checked(RegisterRequest, fields)
 
 
 async def register_request(
@@ -47,11 +42,10 @@ async def register_request(
     *,
     caps: ToolCaps | None = None,
 ) -> tuple[ToolDefinition, bool]:
-    """The definition on record, and whether this request created it; an image that
+    """The definition on record, and whether this request changed the catalog (a new
+    tool, or a new revision for an image rebuilt from the same recipe); an image that
     declares more than ``caps`` (the operator's) is refused."""
-    before = utcnow()
-    stored = await register_image(
-        store,
+    offered = await image_definition(
         sandbox,
         request.image,
         allow=request.allow,
@@ -59,22 +53,27 @@ async def register_request(
         registered_by=request.registered_by,
         caps=caps,
     )
-    if stored.registered_at >= before:
-        return stored, True
+    current = await store.tools.get(offered.name, offered.version)
+    if current is not None:
+        _refuse_other_grants(current, request)
+    stored, change = await store.tools.registration(offered)
+    return stored, change is not None
+
+
+def _refuse_other_grants(current: ToolDefinition, request: RegisterRequest) -> None:
     differs = [
         what
         for what, same in (
-            ("allow", not request.allow or stored.network.allow == tuple(request.allow)),
-            ("config", stored.config == request.config),
+            ("allow", not request.allow or current.network.allow == tuple(request.allow)),
+            ("config", current.config == request.config),
         )
         if not same
     ]
     if differs:
         raise AlreadyExists(
-            f"tool {stored.ref} is already registered from this image with another "
-            f"{' and '.join(differs)}; register the image under a new version to change "
-            "what it is granted",
-            tool=stored.ref,
+            f"tool {current.ref} is already registered with another "
+            f"{' and '.join(differs)}; change its grant with `bh tools grant {current.ref}` "
+            "(POST /v1/tools/{name}/grant), its config by registering a new version",
+            tool=current.ref,
             differs=differs,
         )
-    return stored, False

@@ -6,14 +6,23 @@ forbid unknown fields, so a misspelt field is an error that names it, never igno
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, ValidationError
 
-from contracts import BlobRef, ErrorInfo, Operation, OperationResult, OperationStatus, ReplayPolicy
+from contracts import (
+    BlobRef,
+    ErrorInfo,
+    InvalidInput,
+    Operation,
+    OperationResult,
+    OperationStatus,
+    ReplayPolicy,
+)
 from contracts.model import Frozen
-from contracts.tool import ConfigName, Destination, ToolDefinition
+from contracts.tool import ConfigName, Destination, NetworkPolicy, ToolDefinition, ToolRevision
 
 #: The reason recorded when a cancel request gives none.
 DEFAULT_CANCEL_REASON = "cancelled via the Hands API"
@@ -148,3 +157,45 @@ class RegisterRequest(Frozen):
 
 class ToolList(Frozen):
     tools: list[ToolDefinition]
+
+
+class GrantRequest(Frozen):
+    """Change what a registered tool may reach: ``allow`` replaces its destinations
+    (``[]``: no network). Recorded as a revision with who (``by``, and the token) and
+    why (``reason``); ``revision``: refuse (409) unless this is still the current one."""
+
+    version: int = Field(ge=1)
+    allow: list[Destination] = Field(max_length=64)
+    reason: str = Field(min_length=1, max_length=1000)
+    by: str | None = Field(default=None, min_length=1, max_length=200)
+    revision: int | None = Field(default=None, ge=1)
+
+    @property
+    def network(self) -> NetworkPolicy:
+        return NetworkPolicy(allow=tuple(self.allow))
+
+
+class ToolHistory(Frozen):
+    """Every revision of ``tool`` (``name@version``), oldest first; the last is current."""
+
+    tool: str
+    revisions: list[ToolRevision]
+
+
+_R = TypeVar("_R", bound=Frozen)
+
+
+def checked(model: type[_R], fields: Mapping[str, object]) -> _R:
+    """``model`` from ``fields``, as a client or the CLI builds a request: the first
+    problem is an ``InvalidInput`` naming the field and the value found there."""
+    try:
+        return model.model_validate(dict(fields))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]
+        ).lstrip(".")
+        found = "" if first["type"] == "missing" else f" {first['input']!r}"
+        raise InvalidInput(
+            f"{where or '(request)'}{found} is invalid: {first['msg']}", field=where
+        ) from None

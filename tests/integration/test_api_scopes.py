@@ -117,18 +117,21 @@ BODIES: dict[str, Any] = {
     "/v1/operations/{operation_id}/cancel": {"reason": "x"},
     "/v1/operations/{operation_id}/settle": {"outcome": "failed", "reason": "x"},
     "/v1/tools": {"image": "test/greet:1"},
+    "/v1/tools/{name}/grant": {"version": 1, "allow": ["evil.example:443"], "reason": "x"},
 }
 
 
 #: What another tenant's operate token gets where the path names no session nor
 #: operation of acme's (those are 403 and 404): lists are filtered, tool definitions are
-#: the deployment's (not a tenant's), registering and metrics need an admin/unscoped token.
+#: the deployment's (not a tenant's), registering, changing a grant and metrics need an
+#: admin/unscoped token.
 EXPECTED: dict[tuple[str, str], int] = {
     ("GET", "/v1/sessions"): 200,
     ("GET", "/v1/operations"): 200,
     ("GET", "/v1/tools"): 200,
     ("GET", "/v1/tools/{name}"): 404,
     ("POST", "/v1/tools"): 403,
+    ("POST", "/v1/tools/{name}/grant"): 403,
     ("GET", "/metrics"): 403,
 }
 

@@ -28,7 +28,7 @@ from bh.hands_client import HandsClient
 from bus import CANCEL_SUBJECT, Bus
 from contracts import AlreadyExists, NotFound, Operation, OperationStatus, ReplayPolicy
 from contracts.errors import Unauthorized
-from contracts.tool import LABEL_PREFIX, Cancellation, Dispatch, ResultEvent
+from contracts.tool import LABEL_PREFIX, RECIPE_LABEL, Cancellation, Dispatch, ResultEvent
 from hands.api.app import create_app
 from hands.executor import Executor
 from hands.labels import ToolCaps
@@ -48,6 +48,7 @@ pytestmark = pytest.mark.sqlite
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+RECIPE = "sha256:" + "e" * 64
 
 # Reports whether the ledger holds the operation id (the tool's query entry point).
 QUERY = """
@@ -59,7 +60,7 @@ print(json.dumps({"found": found, "output": {"op": os.environ["BH_OPERATION_ID"]
 """
 
 
-def labels(**overrides: str) -> dict[str, str]:
+def labels(recipe: str | None = None, **overrides: str) -> dict[str, str]:
     declared = {
         "name": "greet",
         "version": "1",
@@ -68,7 +69,8 @@ def labels(**overrides: str) -> dict[str, str]:
         "timeout": "10",
         **overrides,
     }
-    return {LABEL_PREFIX + key: value for key, value in declared.items()}
+    found = {LABEL_PREFIX + key: value for key, value in declared.items()}
+    return found if recipe is None else {**found, RECIPE_LABEL: recipe}
 
 
 class LabelledSandbox(ProcessSandbox):
@@ -78,6 +80,10 @@ class LabelledSandbox(ProcessSandbox):
         "test/greet:1": ("sha256:" + "1" * 64, labels()),
         "test/greet:rebuilt": ("sha256:" + "2" * 64, labels()),
         "test/unlabelled": ("sha256:" + "3" * 64, labels(replay="sometimes")),
+        # built by `bh images build` (a recipe label): rebuilt, and from changed code
+        "test/built:1": ("sha256:" + "4" * 64, labels(name="built", recipe=RECIPE)),
+        "test/built:rebuilt": ("sha256:" + "5" * 64, labels(name="built", recipe=RECIPE)),
+        "test/built:changed": ("sha256:" + "6" * 64, labels(name="built", recipe="sha256:f")),
     }
 
     async def image_id(self, image: str) -> str:
@@ -174,6 +180,8 @@ ROUTES = [
     ("POST", "/v1/tools", {"image": "test/greet:1"}),
     ("GET", "/v1/tools", None),
     ("GET", "/v1/tools/act", None),
+    ("POST", "/v1/tools/act/grant", {"version": 1, "allow": [], "reason": "x"}),
+    ("GET", "/v1/tools/act/history", None),
     ("GET", "/metrics", None),
     ("GET", "/openapi.json", None),
     ("GET", "/v1/no-such-route", None),
@@ -204,6 +212,7 @@ async def test_every_route_but_healthz_needs_the_token(api: Api) -> None:
                 assert TOKEN not in response.text
                 assert response.headers["www-authenticate"].startswith("Bearer")
     assert runs(api.ledger) == [] and await api.store.tools.get("greet") is None
+    assert len(await api.store.tools.history("act", 1)) == 1  # no grant changed
 
 
 async def test_an_operation_run_by_the_executor_is_read_and_listed(api: Api) -> None:
@@ -411,6 +420,8 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
         "/v1/operations/{operation_id}/verify",
         "/v1/tools",
         "/v1/tools/{name}",
+        "/v1/tools/{name}/grant",
+        "/v1/tools/{name}/history",
         "/metrics",
     }
     assert "HTTPBearer" in document["components"]["securitySchemes"]

@@ -28,13 +28,14 @@ from typer.testing import CliRunner
 
 from bh import images_commands as images_cli
 from contracts import ReplayPolicy
-from contracts.tool import LABEL_PREFIX
+from contracts.tool import LABEL_PREFIX, RECIPE_LABEL
 from examples.emails.tasks import SEND_EMAIL_SPEC
 from hands.images import (
     BUILD_HASH_LABEL,
     SANDBOX_IMAGES,
     build_hash,
     build_images,
+    recipe_digest,
     tool_directories,
     tool_tag,
 )
@@ -112,6 +113,7 @@ def test_each_image_declares_a_valid_tool(
     base_id = images["brainhands/base:bookworm"]
     path = SANDBOX_IMAGES / "tools" / directory
     assert labels[BUILD_HASH_LABEL] == build_hash(path, base_id=base_id)
+    assert labels[RECIPE_LABEL] == recipe_digest(path)  # the same on any base
 
 
 def test_send_email_takes_the_arguments_of_the_in_process_tool(
@@ -144,6 +146,11 @@ async def test_a_changed_recipe_is_built_again(
         changed = (await build_images(names=[recipe.name], root=tmp_path))[tag]
         assert again.skipped and again.image_id == first.image_id
         assert not changed.skipped and changed.image_id != first.image_id
+        labels = [
+            (await asyncio.to_thread(engine.images.get, i.image_id)).labels
+            for i in (first, changed)
+        ]
+        assert labels[0][RECIPE_LABEL] != labels[1][RECIPE_LABEL]
     finally:
         await asyncio.to_thread(engine.images.remove, tag)
         with contextlib.suppress(docker.errors.ImageNotFound):

@@ -2,8 +2,8 @@
 grant changes as revisions, their history, races between changes, and records written
 before revisions existed.
 
-Run against SQLite, S3 and DynamoDB through the ``location`` fixture (tests/conftest.py),
-like the rest of the store's conformance suite.
+Run against SQLite, S3 (moto, and radosgw where it runs) and DynamoDB through the
+``location`` fixture, like the rest of the store's conformance suite.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from contracts import AlreadyExists, ConflictError, NotFound, ReadOnlyStore
 from contracts.tool import NetworkPolicy, ToolChange, ToolDefinition
 from session_store import SessionStore, layout
 from session_store.codec import encode
-from tests.support.stores import StoreLocation
+from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = pytest.mark.store
+
+location = location_fixture(SUITE_BACKENDS)  # also on radosgw
 
 RECIPE = "sha256:" + "a" * 64
 OTHER_RECIPE = "sha256:" + "b" * 64

@@ -79,8 +79,12 @@ async def test_a_malformed_success_is_an_error_not_a_crash() -> None:
 
 async def test_a_bad_request_is_refused_before_it_is_sent() -> None:
     async with client(500, {}) as hands:
-        with pytest.raises(InvalidInput, match=r"allow\.0"):
+        with pytest.raises(InvalidInput, match=r"allow\[0\] 'no port' is invalid"):
             await hands.register_tool("img", allow=["no port"])
+        with pytest.raises(InvalidInput, match=r"allow\[0\] 'no port' is invalid"):
+            await hands.grant_tool("img", 1, allow=["no port"], by="ada", reason="r")
+        with pytest.raises(InvalidInput, match=r"^reason '' is invalid"):
+            await hands.grant_tool("img", 1, allow=[], by="ada", reason="")
 
 
 def test_url_and_token_are_required() -> None:
