@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Self, TypeVar
 import httpx
 import typer
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError
-from rich.console import Console
 
+from bh import terminal
 from contracts import BrainhandsError, ErrorInfo, InvalidInput, NotFound, StoreUnavailable
 from contracts.errors import ErrorBody, Unauthorized
 
@@ -119,8 +119,8 @@ def error_of(response: httpx.Response, what: str = "API") -> BrainhandsError:
 
 _C = TypeVar("_C", bound=ApiClient)
 _T = TypeVar("_T")
-_out = Console()
-_errors = Console(stderr=True)
+_out = terminal.console()
+_errors = terminal.console(stderr=True)
 
 
 def print_json(model: BaseModel) -> None:

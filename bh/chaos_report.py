@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rich.console import Console
+from bh import terminal
 
-console = Console()
+console = terminal.console()
 
 
 @dataclass

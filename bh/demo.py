@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from bh import terminal
 from contracts import BrainhandsError, TaskStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
@@ -39,7 +39,7 @@ SESSION = "demo"
 REQUEST = "notify-customers"
 BATCH = f"root.{REQUEST}.r1.c0.run"
 
-console = Console()
+console = terminal.console()
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,12 @@ def _fleet(
     return Fleet(work, env, argv), deployment
 
 
+def _progress(line: str) -> None:
+    """The image build's progress (a first base build takes about a minute)."""
+    if not line.endswith("up to date"):
+        console.print(f"[dim]  {line}[/]", highlight=False)
+
+
 async def _register(store: SessionStore, running: Servers, docker_url: str) -> None:
     tool, skipped = await register_granted(
         store,
@@ -129,6 +135,7 @@ async def _register(store: SessionStore, running: Servers, docker_url: str) -> N
         config={"EMAIL_SERVICE_URL": running.email_url},
         owner="demo",
         registered_by="bh demo",
+        say=_progress,
     )
     console.print(
         f"Tool image {tool.image} ({tool.image_id[:19]}): {'cached' if skipped else 'built'}"

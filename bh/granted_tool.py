@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from contracts.tool import ToolDefinition
-from hands.images import build_images, tool_tag
+from hands.images import Say, build_images, tool_tag
 from hands.registry import register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore
@@ -46,10 +46,12 @@ async def register_granted(
     config: Mapping[str, str],
     owner: str,
     registered_by: str,
+    say: Say = lambda _: None,
 ) -> tuple[ToolDefinition, bool]:
     """Build ``sandbox-images/tools/<directory>`` when out of date, then register it
-    allowed only ``service_url``; the definition, and whether the build was skipped."""
-    built = await build_images(docker_url, names=[directory], say=lambda _: None)
+    allowed only ``service_url``; the definition, and whether the build was skipped.
+    ``say`` hears the build's progress (the first base build takes about a minute)."""
+    built = await build_images(docker_url, names=[directory], say=say)
     image = built[tool_tag(directory)]
     async with DockerSandbox(DockerSandboxConfig(owner=owner, docker_url=docker_url)) as docker:
         tool = await register_image(

@@ -8,15 +8,15 @@ from collections.abc import Coroutine
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from bh import terminal
 from bh.service_image import build_service_image
 from contracts import BrainhandsError
 from hands.images import build_images, list_images, tool_directories
 
 app = typer.Typer(help="Build and list sandboxed tool images.", no_args_is_help=True)
-console = Console()
+console = terminal.console()
 
 _T = TypeVar("_T")
 

@@ -15,9 +15,9 @@ from typing import Annotated, TypeVar
 
 import typer
 from pydantic import JsonValue
-from rich.console import Console
 from rich.table import Table
 
+from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.hands_client import HandsClient
 from contracts import OperationStatus
@@ -26,8 +26,8 @@ from hands.api.views import DEFAULT_CANCEL_REASON, OperationSummary, OperationVi
 app = typer.Typer(
     help="Inspect, cancel, verify and settle operations (Hands API).", no_args_is_help=True
 )
-console = Console()
-errors = Console(stderr=True)
+console = terminal.console()
+errors = terminal.console(stderr=True)
 
 _T = TypeVar("_T")
 

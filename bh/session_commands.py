@@ -17,12 +17,13 @@ from typing import Annotated, Final, TypeVar
 
 import typer
 from pydantic import JsonValue
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
 from contracts import BrainhandsError, SubmissionStatus, TaskStatus
@@ -37,8 +38,8 @@ from session_api.views import (
 )
 
 app = typer.Typer(help="Submit to sessions and watch them (Session API).", no_args_is_help=True)
-console = Console()
-errors = Console(stderr=True)
+console = terminal.console()
+errors = terminal.console(stderr=True)
 
 _T = TypeVar("_T")
 #: A fresh view is read at most this often while watching.

@@ -7,14 +7,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from bh import terminal
 from contracts import BrainhandsError, Operation
 from session_store import SessionHandle, SessionState, SessionStore, open_store
 
 app = typer.Typer(help="Create and inspect Session Stores.", no_args_is_help=True)
-console = Console()
+console = terminal.console()
 
 StoreUrl = Annotated[
     str,

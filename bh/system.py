@@ -24,9 +24,9 @@ from typing import Annotated
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from bh import terminal
 from bh.devstack.auth import role_env
 from bh.devstack.config import DevConfig
 from bh.devstack.process import (
@@ -42,7 +42,7 @@ from bh.example_stack import EXAMPLES, five_emails, register_tools
 from coordination import redis_client
 from runtime.credentials import write_secret
 
-console = Console()
+console = terminal.console()
 SESSION_API_PORT = 8460
 HANDS_API_PORT = 8470
 #: the workers' probe ports: the scheduler's, and brain-N's and hands-N's are these + N
