@@ -136,7 +136,7 @@ class Cluster:
             "bluestore block create": "true",
             "bluestore block size": str(_BLOCK_BYTES),
             "osd memory target": str(_OSD_MEMORY_BYTES),
-            "rgw frontends": f"beast endpoint={self.host}:{self.port}",
+            "rgw frontends": f"beast endpoint={self.host}:{self.port} tcp_nodelay=1",
             "rgw thread pool size": "64",
             # deleted objects' tails are collected within minutes, not hours
             "rgw gc obj min wait": "300",
