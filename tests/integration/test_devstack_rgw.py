@@ -13,7 +13,6 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,11 @@ from botocore.exceptions import ClientError
 from bh.devstack import probe
 from bh.devstack.process import read_pidfile
 from bh.devstack.rgw import gateway, user
-from tests.support.services import free_ports, missing
+from tests.support.services import bh_dev, free_ports, missing
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
+_BH_TIMEOUT_S = 280  # a first up may install Ceph (~25 s) and make the cluster (~20 s)
 _ONLY_RGW = tuple(
     arg for name in ("redis", "nats", "moto", "docker") for arg in ("--without", name)
 )
@@ -60,7 +60,7 @@ class DevHome:
         return int(self.env["BH_DEV_RGW_PORT"])
 
     def bh(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return _bh(*args, env=self.env)
+        return bh_dev(*args, env=self.env, timeout_s=_BH_TIMEOUT_S)
 
     def s3(self) -> Any:
         keys = user.read(self.credentials)
@@ -96,20 +96,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevHome]:
     leftover = root / "data" / "rgw" / "mon" / "store.db"
     leftover.mkdir(parents=True)
     (leftover / "000003.log").write_bytes(b"half a monitor store")
-    first_up = _bh("up", "--require", "rgw", *_ONLY_RGW, env=env)
+    first_up = bh_dev("up", "--require", "rgw", *_ONLY_RGW, env=env, timeout_s=_BH_TIMEOUT_S)
     yield DevHome(env=env, first_up=first_up)
-    _bh("down", env=env)
-
-
-def _bh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bh.cli", "dev", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    bh_dev("down", env=env, timeout_s=_BH_TIMEOUT_S)
 
 
 def _row(done: subprocess.CompletedProcess[str], *, exit_code: int = 0) -> str:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -43,6 +46,18 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def bh_dev(*args: str, env: dict[str, str], timeout_s: float = 120) -> CompletedProcess[str]:
+    """``bh dev ARGS`` in ``env`` (a dev home and ports of a test's own), its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "bh.cli", "dev", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def free_ports(count: int) -> list[int]:
