@@ -9,9 +9,10 @@ selects, Docker by default) — so a laptop registers without running the API.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
 
 import typer
 from rich.table import Table
@@ -26,6 +27,8 @@ from hands.api.views import GrantRequest, ToolHistory, ToolList, checked
 from hands.app import make_sandbox
 from hands.settings import HandsSettings
 from session_store import SessionStore, open_store
+
+_T = TypeVar("_T")
 
 app = typer.Typer(help="Register and inspect tool images.", no_args_is_help=True)
 
@@ -80,7 +83,8 @@ def list_(
     store: StoreUrl = None, api_url: ApiUrl = None, token: ApiToken = None, as_json: Json = False
 ) -> None:
     """List registered tools, by name, then version."""
-    definitions = run(_definitions(api_url, token, store))
+    catalog = _Catalog(api_url, token, store)
+    definitions = run(catalog.ask(lambda hands: hands.tools(), lambda s: s.tools.definitions()))
     if as_json:
         print_json(ToolList(tools=definitions))
         return
@@ -100,10 +104,14 @@ def inspect(
     as_json: Json = False,
 ) -> None:
     """Show one definition as the Hands run it now (JSON), or its revisions."""
+    catalog = _Catalog(api_url, token, store)
     if not history:
-        print_json(run(_definition(api_url, token, store, name, version)))
+        current = catalog.ask(
+            lambda hands: hands.tool(name, version), lambda s: _registered(s, name, version)
+        )
+        print_json(run(current))
         return
-    revisions = run(_history(api_url, token, store, name, version))
+    revisions = run(catalog.history(name, version))
     if as_json:
         print_json(revisions)
         return
@@ -136,7 +144,7 @@ def grant(
     fields = {"version": version, "allow": allow or [], "reason": reason, "by": by}
     if if_revision is not None:
         fields["revision"] = if_revision
-    revision = run(_grant(api_url, token, store, name, fields))
+    revision = run(_Catalog(api_url, token, store).grant(name, fields))
     if as_json:
         print_json(revision)
         return
@@ -182,7 +190,7 @@ def tools_table(definitions: list[ToolDefinition]) -> Table:
             f"{tool.timeout_s:g} s",
             ", ".join(tool.network.allow) or "none",
             "yes" if tool.queryable else "no",
-            f"{tool.image} ({tool.image_id.removeprefix('sha256:')[:12]})",
+            f"{tool.image} ({_short(tool.image_id)})",
             f"{tool.registered_at:%Y-%m-%d %H:%M} by {tool.registered_by or '?'}",
         )
     return table
@@ -199,9 +207,13 @@ def history_table(history: ToolHistory) -> Table:
             f"{revision.at:%Y-%m-%d %H:%M:%S}",
             revision.by or "?",
             revision.reason,
-            revision.detail or f"image {revision.definition.image_id}",
+            revision.detail or f"image {_short(revision.definition.image_id)}",
         )
     return table
+
+
+def _short(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")[:12]
 
 
 async def _register_via_api(
@@ -224,67 +236,65 @@ async def _register_directly(
         return Registration(tool=tool, created=created)
 
 
-async def _definitions(
-    api_url: str | None, token: str | None, store_url: str | None
-) -> list[ToolDefinition]:
-    if api_url:
-        async with HandsClient(api_url, token or "") as hands:
-            return await hands.tools()
-    async with _opened(store_url, read_only=True) as store:
-        return await store.tools.definitions()
+@dataclass(frozen=True)
+class _Catalog:
+    """Where a command reads or changes the catalog: the Hands API when its URL is set,
+    else the store directly."""
 
+    api_url: str | None
+    token: str | None
+    store_url: str | None
 
-async def _definition(
-    api_url: str | None, token: str | None, store_url: str | None, name: str, version: int | None
-) -> ToolDefinition:
-    if api_url:
-        async with HandsClient(api_url, token or "") as hands:
-            return await hands.tool(name, version)
-    async with _opened(store_url, read_only=True) as store:
-        return await _registered(store, name, version)
+    async def ask(
+        self,
+        via_api: Callable[[HandsClient], Awaitable[_T]],
+        direct: Callable[[SessionStore], Awaitable[_T]],
+        *,
+        read_only: bool = True,
+    ) -> _T:
+        if self.api_url:
+            async with HandsClient(self.api_url, self.token or "") as hands:
+                return await via_api(hands)
+        store = await open_store(_store(self.store_url), read_only=read_only)
+        try:
+            return await direct(store)
+        finally:
+            await store.close()
 
+    async def history(self, name: str, version: int | None) -> ToolHistory:
+        async def direct(store: SessionStore) -> ToolHistory:
+            definition = await _registered(store, name, version)
+            revisions = await store.tools.history(name, definition.version)
+            return ToolHistory(tool=definition.ref, revisions=revisions)
 
-async def _history(
-    api_url: str | None, token: str | None, store_url: str | None, name: str, version: int | None
-) -> ToolHistory:
-    if api_url:
-        async with HandsClient(api_url, token or "") as hands:
-            return await hands.tool_history(name, version)
-    async with _opened(store_url, read_only=True) as store:
-        definition = await _registered(store, name, version)
-        revisions = await store.tools.history(name, definition.version)
-    return ToolHistory(tool=definition.ref, revisions=revisions)
+        return await self.ask(lambda hands: hands.tool_history(name, version), direct)
 
+    async def grant(self, name: str, fields: dict[str, object]) -> ToolRevision:
+        request = checked(GrantRequest, fields)
+        by = request.by or ""
 
-async def _grant(
-    api_url: str | None,
-    token: str | None,
-    store_url: str | None,
-    name: str,
-    fields: dict[str, object],
-) -> ToolRevision:
-    request = checked(GrantRequest, fields)
-    assert request.by is not None
-    if api_url:
-        async with HandsClient(api_url, token or "") as hands:
+        async def direct(store: SessionStore) -> ToolRevision:
+            revision, _ = await store.tools.grant(
+                name,
+                request.version,
+                request.network,
+                by=by,
+                reason=request.reason,
+                expected=request.revision,
+            )
+            return revision
+
+        async def via_api(hands: HandsClient) -> ToolRevision:
             return await hands.grant_tool(
                 name,
                 request.version,
                 allow=request.allow,
-                by=request.by,
+                by=by,
                 reason=request.reason,
                 revision=request.revision,
             )
-    async with _opened(store_url, read_only=False) as store:
-        revision, _ = await store.tools.grant(
-            name,
-            request.version,
-            request.network,
-            by=request.by,
-            reason=request.reason,
-            expected=request.revision,
-        )
-    return revision
+
+        return await self.ask(via_api, direct, read_only=False)
 
 
 async def _registered(store: SessionStore, name: str, version: int | None) -> ToolDefinition:
@@ -293,15 +303,6 @@ async def _registered(store: SessionStore, name: str, version: int | None) -> To
         where = name if version is None else f"{name}@{version}"
         raise NotFound(f"tool {where} is not registered", tool=name)
     return definition
-
-
-@asynccontextmanager
-async def _opened(store_url: str | None, *, read_only: bool) -> AsyncIterator[SessionStore]:
-    store = await open_store(_store(store_url), read_only=read_only)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def _store(store_url: str | None) -> str:

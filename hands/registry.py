@@ -9,6 +9,7 @@ is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypedDict, Unpack
 
 from contracts import InvalidInput
 from contracts.tool import BUILD_HASH_LABEL, RECIPE_LABEL, ToolDefinition
@@ -20,46 +21,33 @@ from session_store import SessionStore
 MAX_DIGEST_CHARACTERS = 200
 
 
+class ImageOptions(TypedDict, total=False):
+    """What registering an image takes besides the image (``definition_from_labels``)."""
+
+    #: egress destinations granted (``host:port``)
+    allow: Sequence[str]
+    #: non-secret settings passed to its containers as environment
+    config: Mapping[str, str] | None
+    registered_by: str
+    #: the operator's caps on what an image may declare (default ``ToolCaps()``)
+    caps: ToolCaps | None
+
+
 async def register_image(
-    store: SessionStore,
-    sandbox: Sandbox,
-    image: str,
-    *,
-    allow: Sequence[str] = (),
-    config: Mapping[str, str] | None = None,
-    registered_by: str = "",
-    caps: ToolCaps | None = None,
+    store: SessionStore, sandbox: Sandbox, image: str, **options: Unpack[ImageOptions]
 ) -> ToolDefinition:
-    """Register ``image`` (a local tag or id); ``allow`` grants egress destinations;
-    limits past ``caps`` (the operator's, default ``ToolCaps()``) are refused."""
-    definition = await image_definition(
-        sandbox, image, allow=allow, config=config, registered_by=registered_by, caps=caps
-    )
-    return await store.tools.register(definition)
+    """Register ``image`` (a local tag or id); limits past the caps are refused."""
+    return await store.tools.register(await image_definition(sandbox, image, **options))
 
 
 async def image_definition(
-    sandbox: Sandbox,
-    image: str,
-    *,
-    allow: Sequence[str] = (),
-    config: Mapping[str, str] | None = None,
-    registered_by: str = "",
-    caps: ToolCaps | None = None,
+    sandbox: Sandbox, image: str, **options: Unpack[ImageOptions]
 ) -> ToolDefinition:
     """The definition ``image`` declares, pinned by its id, with its recipe digest and
     build hash (how the catalog tells a rebuilt image from other code)."""
     image_id = await sandbox.image_id(image)
     labels = {str(k): str(v) for k, v in (await sandbox.image_labels(image)).items()}
-    definition = definition_from_labels(
-        image,
-        image_id,
-        labels,
-        allow=allow,
-        config=config,
-        registered_by=registered_by,
-        caps=caps,
-    )
+    definition = definition_from_labels(image, image_id, labels, **options)
     return definition.model_copy(
         update={"recipe": _digest(labels, RECIPE_LABEL), "build": _digest(labels, BUILD_HASH_LABEL)}
     )

@@ -170,14 +170,13 @@ async def test_a_changed_recipe_under_the_same_version_is_refused(
     assert "\n" not in message and "another recipe" in message and "new version" in message
 
 
-async def test_bh_up_says_why_it_refuses_in_one_line(recipes: Recipes, tmp_path: Path) -> None:
+async def test_bh_up_says_why_it_refuses_in_one_line(
+    recipes: Recipes, sandbox: DockerSandbox, tmp_path: Path
+) -> None:
     """The store holds ``send_email@1`` from other code: ``bh up`` stops with one line."""
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    async with (
-        DockerSandbox(DockerSandboxConfig(owner="test-up", docker_url=DOCKER)) as engine,
-        await open_store(store_url) as store,
-    ):
-        await register_image(store, engine, (await recipes.build()).image_id)
+    async with await open_store(store_url) as store:
+        await register_image(store, sandbox, (await recipes.build()).image_id)
     env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "DOCKER_HOST": DOCKER}
     argv = [sys.executable, "-m", "bh.cli", "up", "--no-infra", "--example", "five-emails"]
     done = await asyncio.to_thread(
