@@ -11,7 +11,9 @@ from bh import (
     chaos,
     demo,
     devstack,
+    doctor,
     images_commands,
+    init_command,
     ops_commands,
     session_commands,
     store_commands,
@@ -64,7 +66,9 @@ app.add_typer(tools_commands.app, name="tools")
 app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
 app.command(name="demo")(demo.demo)
 app.command(name="up")(system.up)
+app.command(name="init")(init_command.init)  # a deployment's one-shot init job
 app.command(name="chaos")(chaos.chaos)
+app.command(name="doctor")(doctor.doctor)
 app.command(name="down")(system.down)
 app.command(name="ps")(system.status)
 app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)

@@ -152,6 +152,10 @@ def up(
         "BH_SESSION_API_TOKEN": env["BH_SESSION_API_TOKEN"],
         "BH_HANDS_API_URL": f"http://127.0.0.1:{HANDS_API_PORT}",
         "BH_HANDS_API_TOKEN": env["BH_HANDS_API_TOKEN"],
+        # the workers' probe URLs, for ``bh doctor``
+        "BH_PROBE_URLS": " ".join(
+            c.health.removesuffix("/readyz") for c in wanted if c.health and c.env
+        ),
     }
     # it holds the API tokens: 0600 from its first byte (write_secret), never printed
     write_secret(place.env_file, "".join(f"export {k}='{v}'\n" for k, v in exports.items()))

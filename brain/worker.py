@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from brain.agent import agent_kinds
+from brain.doctor import doctor_kind
 from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
@@ -82,7 +83,7 @@ async def build(
     store = await open_store(settings.store_url)
     resources.push_async_callback(store.close)
     registry = Registry()
-    for kind in agent_kinds():
+    for kind in [*agent_kinds(), doctor_kind()]:
         registry.add(kind)
     tools = LocalDispatcher()
     for path in settings.plugins:

@@ -84,12 +84,33 @@ def test_bh_up_runs_the_system_and_bh_down_stops_it(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, view
             time.sleep(0.2)
         _secrets_kept_private(tmp_path / "dev" / "system", started)
+        _doctor_passes_then_names_what_fails(tmp_path / "dev" / "system" / "env", env)
     finally:
         stopped = bh("down", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert "terminated" in stopped.stdout
     listed = bh("ps", env=env)
     assert "running" not in listed.stdout.replace("not running", "")
+
+
+def _doctor_passes_then_names_what_fails(exported: Path, env: dict[str, str]) -> None:
+    """``bh doctor`` with bh up's env: every API and worker probe, a probe session, the
+    metrics. Then with a wrong token and a dead probe: exit 1, those rows FAIL, the rest
+    still checked, no traceback."""
+    for line in exported.read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value.strip("'")
+    assert len(env["BH_PROBE_URLS"].split()) == 4  # scheduler, 2 Brains, 1 Hands
+    healthy = bh("doctor", env=env)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "FAIL" not in healthy.stdout and "answered by " in healthy.stdout
+    assert healthy.stdout.count(" ok ") >= 14  # 6 endpoints x 2, the session, the metrics
+    broken = bh("doctor", "--session-token", "x" * 24, "--probe", "http://127.0.0.1:9", env=env)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "Traceback" not in broken.stdout + broken.stderr
+    failing = [line for line in broken.stdout.splitlines() if "FAIL" in line]
+    assert [line.split()[1] for line in failing] == ["probe", "probe", "probe"], broken.stdout
+    assert "hands-api /metrics" in broken.stdout  # checked anyway
 
 
 @pytest.mark.docker
@@ -120,5 +141,9 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
             assert time.monotonic() < deadline, shown.stdout + shown.stderr
             time.sleep(1)
         assert shown.stdout.count("send_email@1") == 5
+        probe = '{"to": "doctor@example.com", "subject": "probe", "body": "bh doctor"}'
+        checked = bh("doctor", "--tool", "send_email", "--args", probe, env=env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "probe operation" in checked.stdout and "FAIL" not in checked.stdout
     finally:
         bh("down", env=env)
