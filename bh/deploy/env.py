@@ -40,7 +40,8 @@ class Variable:
     source: Source = Source.FIXED
     #: the secret file the value names (a passfile in a URL, a tokens file), if any
     secret: str | None = None
-    #: a SETTING's or SECRET_VALUE's key in the deployment's ConfigMap or Secret
+    #: a SETTING's key in the deployment's ConfigMap (None: written in place), or a
+    #: SECRET_VALUE's in its Secret
     key: str | None = None
     local: str | None = SAME
 
@@ -55,8 +56,10 @@ def fixed(name: str, value: str, *, local: str | None = SAME) -> Variable:
 
 
 def setting(
-    name: str, key: str, example: str, *, secret: str | None = None, local: str | None = SAME
+    name: str, key: str | None, example: str, *, secret: str | None = None, local: str | None = SAME
 ) -> Variable:
+    """The deployment's own value: a ConfigMap ``key`` on Kubernetes, or (``key`` None) a
+    value each output writes as it sees fit (a tuning such as a concurrency)."""
     return Variable(name, example, Source.SETTING, secret=secret, key=key, local=local)
 
 

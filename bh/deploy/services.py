@@ -29,7 +29,8 @@ SESSION_API_PORT: Final = 8460
 HANDS_API_PORT: Final = 8470
 #: where a container's Docker engine socket is (the Hands' engine: docs/deploy-kubernetes.md)
 ENGINE_SOCKET: Final = "unix:///run/engine/docker.sock"
-#: the tools the init job registers (``bh init``): a file the deployment mounts
+#: the tools the init job registers (``bh init``, ``bh.declared_tools``): a file the
+#: deployment mounts
 TOOLS_FILE: Final = "/etc/brainhands/tools.json"
 
 STORE = (
@@ -89,7 +90,9 @@ SERVICES: Final = (
         env=(
             *STORE,
             nats("operator"),
-            fixed("BH_TOOLS_FILE", TOOLS_FILE, local=None),
+            # the streams' copies: 3 on a three-node JetStream cluster (services keep them)
+            setting("BH_NATS_REPLICAS", "nats-replicas", "3", local=None),
+            fixed("BH_INIT_TOOLS", TOOLS_FILE, local=None),
             fixed("DOCKER_HOST", ENGINE_SOCKET, local=None),
         ),
         nats_role="operator",
@@ -174,7 +177,8 @@ SERVICES: Final = (
             nats("hands"),
             *ENGINE,
             secret_file("BH_HANDS_CREDENTIALS", "hands.credentials", local=None),
-            fixed("BH_HANDS_CONCURRENCY", "4", local=None),
+            # operations at once; the autoscaler's target per Hands is the same number
+            setting("BH_HANDS_CONCURRENCY", None, "4", local=None),
             *PROBES,
         ),
         ports=(probe_port(),),
