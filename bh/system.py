@@ -27,6 +27,7 @@ import typer
 from rich.table import Table
 
 from bh import terminal
+from bh.deploy import SERVICES, Kind, Service, service
 from bh.devstack.auth import role_env
 from bh.devstack.config import DevConfig
 from bh.devstack.process import (
@@ -43,12 +44,11 @@ from coordination import redis_client
 from runtime.credentials import write_secret
 
 console = terminal.console()
-SESSION_API_PORT = 8460
-HANDS_API_PORT = 8470
-#: the workers' probe ports: the scheduler's, and brain-N's and hands-N's are these + N
-SCHEDULER_PROBE_PORT = 8461
-BRAIN_PROBE_PORTS = 8500
-HANDS_PROBE_PORTS = 8600
+SESSION_API_PORT = service("session-api").port("api").number
+HANDS_API_PORT = service("hands-api").port("api").number
+#: the workers' probe ports on one host: the scheduler's, and brain-N's and hands-N's
+#: are these + N (in a container every worker's is the table's, 8081)
+PROBE_PORTS = {"scheduler": 8461, "brain": 8500, "hands": 8600}
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,19 @@ class Component:
     env: tuple[tuple[str, str], ...] = ()  # its own variables (its probe port)
 
 
-def _worker(name: str, argv: tuple[str, ...], probe_port: int) -> Component:
-    """A worker process serving ``/livez`` and ``/readyz`` on ``probe_port``."""
-    ready = f"http://127.0.0.1:{probe_port}/readyz"
-    return Component(name, argv, health=ready, env=(("BH_PROBE_PORT", str(probe_port)),))
+def _process(served: Service, name: str, args: tuple[str, ...], n: int = 0) -> Component:
+    """The service table's ``served`` as process ``name`` on this host: ``python -m`` its
+    module with ``args``; ready when its readiness probe answers — on its API port, or
+    (a worker) on a probe port of its own, this host's ``PROBE_PORTS`` + ``n``."""
+    argv = (sys.executable, "-m", *served.module, *args)
+    assert served.probe is not None, f"{served.name} has no probes"
+    port = served.port(served.probe.port)
+    if served.kind is Kind.API:
+        argv += ("--port", str(port.number))
+        return Component(name, argv, health=f"http://127.0.0.1:{port.number}{served.probe.ready}")
+    local = PROBE_PORTS[served.name] + n
+    ready = f"http://127.0.0.1:{local}{served.probe.ready}"
+    return Component(name, argv, health=ready, env=((port.variable, str(local)),))
 
 
 @dataclass(frozen=True)
@@ -115,10 +124,9 @@ def up(
     place.create()
     if infra:
         dev_up()
-    env = {**os.environ, **dev_env(), "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
-    env["BH_HANDS_SANDBOX"] = sandbox
-    env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
-    env |= _secrets(place)
+    env = system_env(
+        {**os.environ, **dev_env()}, place, store=store, namespace=namespace, sandbox=sandbox
+    )
     plugins, tools, extra = list(plugin or []), list(sandboxed or []), []
     if example is not None:
         if example not in EXAMPLES:
@@ -136,9 +144,7 @@ def up(
         if record is not None and is_running(record):
             continue
         started = spawn(
-            component.argv,
-            log_path=place.log(component.name),
-            env=role_env(env | dict(component.env), component.name),  # NATS as its role only
+            component.argv, log_path=place.log(component.name), env=process_env(env, component)
         )
         write_pidfile(place.pidfile(component.name), started)
     _retire_extra(place, {c.name for c in wanted})
@@ -179,36 +185,46 @@ def status() -> None:
     _show(layout())
 
 
+def system_env(
+    base: dict[str, str], place: Layout, *, store: str | None, namespace: str, sandbox: str
+) -> dict[str, str]:
+    """What every process gets: ``base`` (the environment, ``bh dev env``), the
+    namespace, the sandbox, the store and the secrets ``bh up`` keeps."""
+    env = {**base, "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
+    env["BH_HANDS_SANDBOX"] = sandbox
+    env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
+    return env | _secrets(place)
+
+
+def process_env(env: dict[str, str], component: Component) -> dict[str, str]:
+    """One process's environment: ``env``, its own variables, NATS as its role only."""
+    return role_env(env | dict(component.env), component.name)
+
+
 def _components(
     brains: int, hands: int, plugins: list[str], sandboxed: list[str], sandbox: str
 ) -> list[Component]:
-    python = sys.executable
+    """The service table's long-running services as processes (the init job's work is
+    done as they start: the store, the streams; tools are registered by ``--example``)."""
     brain_args: list[str] = []
     for path in plugins:
         brain_args += ["--plugin", path]
     for name in sandboxed:
         brain_args += ["--sandboxed", name]
-    found = [
-        _worker("scheduler", (python, "-m", "scheduler"), SCHEDULER_PROBE_PORT),
-        Component(
-            "session-api",
-            (python, "-m", "session_api", "--port", str(SESSION_API_PORT)),
-            health=f"http://127.0.0.1:{SESSION_API_PORT}/readyz",
-        ),
-        Component(
-            "hands-api",
-            (python, "-m", "hands.api_server", "--port", str(HANDS_API_PORT)),
-            health=f"http://127.0.0.1:{HANDS_API_PORT}/readyz",
-        ),
-    ]
-    found += [
-        _worker(f"brain-{n}", (python, "-m", "brain", "worker", *brain_args), BRAIN_PROBE_PORTS + n)
-        for n in range(1, brains + 1)
-    ]
-    found += [
-        _worker(f"hands-{n}", (python, "-m", "hands", "--sandbox", sandbox), HANDS_PROBE_PORTS + n)
-        for n in range(1, hands + 1)
-    ]
+    args = {"brain": tuple(brain_args), "hands": ("--sandbox", sandbox)}
+    counts = {"brain": brains, "hands": hands}
+    found: list[Component] = []
+    for served in SERVICES:
+        extra = args.get(served.name, ())
+        if served.kind is Kind.JOB:
+            continue
+        if not served.scales:
+            found.append(_process(served, served.name, extra))
+            continue
+        found += [
+            _process(served, f"{served.name}-{n}", extra, n)
+            for n in range(1, counts[served.name] + 1)
+        ]
     return found
 
 

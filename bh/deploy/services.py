@@ -127,7 +127,7 @@ SERVICES: Final = (
                 "BH_SESSION_API_TOKENS_FILE", "session-api.tokens", local="BH_SESSION_API_TOKEN"
             ),
             fixed("BH_SESSION_API_HOST", "0.0.0.0", local=None),
-            fixed("BH_SESSION_API_PORT", str(SESSION_API_PORT)),
+            fixed("BH_SESSION_API_PORT", str(SESSION_API_PORT), local=None),  # bh up: --port
         ),
         ports=(Port("api", SESSION_API_PORT, "BH_SESSION_API_PORT"),),
         probe=Probe("api"),
@@ -144,7 +144,7 @@ SERVICES: Final = (
             *ENGINE,
             secret_file("BH_HANDS_API_TOKENS_FILE", "hands-api.tokens", local="BH_HANDS_API_TOKEN"),
             fixed("BH_HANDS_API_HOST", "0.0.0.0", local=None),
-            fixed("BH_HANDS_API_PORT", str(HANDS_API_PORT)),
+            fixed("BH_HANDS_API_PORT", str(HANDS_API_PORT), local=None),  # bh up: --port
         ),
         ports=(Port("api", HANDS_API_PORT, "BH_HANDS_API_PORT"),),
         probe=Probe("api"),
