@@ -58,6 +58,16 @@ def endpoint(url: str) -> Endpoint:
     return Endpoint(url=bare, username=username, password=password)
 
 
+def check_private(path: Path, mode: int, what: str) -> None:
+    """Refuse a secret file others may read or change. Its group may read it: Kubernetes
+    mounts a Secret for a non-root pod (``fsGroup``) as 0440 whatever mode was asked for."""
+    if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP | stat.S_IXOTH):
+        raise InvalidInput(
+            f"the {what} {path} has mode {stat.S_IMODE(mode):04o}: others may read or "
+            "change it (want 0600, 0400 or 0440)"
+        )
+
+
 def read_secret(path: Path) -> str:
     """The secret in ``path`` (surrounding whitespace dropped), refusing a file others can
     read: a secret that leaked to every local user is not one."""
@@ -68,12 +78,7 @@ def read_secret(path: Path) -> str:
         raise InvalidInput(f"cannot read the password file {path}: {error.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
         raise InvalidInput(f"the password file {path} is not a regular file")
-    if info.st_mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
-        mode = stat.S_IMODE(info.st_mode)
-        raise InvalidInput(
-            f"the password file {path} has mode {mode:04o}: others may read or change it "
-            "(want 0600, 0400 or 0440)"
-        )
+    check_private(path, info.st_mode, "password file")
     secret = text.strip()
     if not secret:
         raise InvalidInput(f"the password file {path} is empty")

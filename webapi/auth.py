@@ -21,7 +21,7 @@ admin      operate, and what is the deployment's rather than a session's:
 ``sessions`` are session-id prefixes and ``tenants`` tenant labels (a tenant ``acme``
 covers the sessions ``acme:…``); with neither, a token covers every session. The
 single token of ``BH_<API>_TOKEN`` is an unscoped ``admin`` token named ``default``;
-``BH_<API>_TOKENS_FILE`` names a JSON file (mode 0600) of scoped ones
+``BH_<API>_TOKENS_FILE`` names a JSON file (mode 0600 or 0440) of scoped ones
 (``grants_from_env``). Routes check the grant the middleware put on the request
 (``grant_of``, ``webapi.scopes``).
 """
@@ -31,7 +31,6 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import stat
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import ErrorInfo, Identifier, InvalidInput
 from contracts.model import Frozen
+from runtime.credentials import check_private
 from webapi.errors import UNAUTHORIZED, error_response
 
 #: Routes open without a token (they reveal nothing).
@@ -127,14 +127,9 @@ def grants_from_env(prefix: str, api: str) -> tuple[Grant, ...]:
 
 def read_grants(path: Path, api: str) -> list[Grant]:
     """The tokens of a JSON file ``{"tokens": [{"name", "token", "access", "sessions",
-    "tenants"}]}``, which must be readable by its owner only."""
+    "tenants"}]}``, which others must not read (``runtime.credentials.check_private``)."""
     try:
-        mode = path.stat().st_mode
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise InvalidInput(
-                f"the {api} tokens file {path} is readable by others (mode "
-                f"{stat.S_IMODE(mode):04o}): make it 0600"
-            )
+        check_private(path, path.stat().st_mode, f"{api} tokens file")
         document: Any = json.loads(path.read_text())
     except OSError as error:
         raise InvalidInput(f"the {api} tokens file {path} cannot be read: {error}") from None

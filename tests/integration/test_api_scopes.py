@@ -276,3 +276,27 @@ def test_tokens_come_from_the_environment_and_a_private_file(
     tokens.write_text(json.dumps({"tokens": [{"name": "x", "token": "short", "access": "read"}]}))
     with pytest.raises(InvalidInput, match="16"):
         grants_from_env("BH_HANDS_API", "Hands API")
+
+
+@pytest.mark.parametrize(
+    ("mode", "accepted"),
+    [(0o600, True), (0o400, True), (0o440, True), (0o640, True), (0o644, False), (0o660, False)],
+)
+def test_a_tokens_file_may_be_group_readable_as_kubernetes_mounts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int, accepted: bool
+) -> None:
+    """A Secret mounted for a non-root pod (``fsGroup``) is 0440 whatever mode was asked
+    for; readable or writable by others, or writable by the group, is still refused —
+    the same rule as the password files (``runtime.credentials.read_secret``)."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps({"tokens": [{"name": "ops", "token": ACME_OPS, "access": "read"}]})
+    )
+    tokens.chmod(mode)
+    monkeypatch.delenv("BH_HANDS_API_TOKEN", raising=False)
+    monkeypatch.setenv("BH_HANDS_API_TOKENS_FILE", str(tokens))
+    if accepted:
+        assert [g.name for g in grants_from_env("BH_HANDS_API", "Hands API")] == ["ops"]
+    else:
+        with pytest.raises(InvalidInput, match="others"):
+            grants_from_env("BH_HANDS_API", "Hands API")
