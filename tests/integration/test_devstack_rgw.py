@@ -2,9 +2,9 @@
 
 Real Ceph daemons (ceph-mon, ceph-osd, radosgw) in a dev home and on ports of their own:
 the first start makes the cluster (clearing a half-made directory), a second `up` keeps
-it, `restart` (here onto a new monitor port) and a crash (SIGKILL of the whole process
-group) keep its objects, `down` stops every daemon. The S3 user's keys stay in their
-0600 file: never in the output, the env file or the log.
+it, `restart` (here onto a new monitor port) and crashes (SIGKILL of the supervisor
+alone, then of every process) keep its objects, `down` stops every daemon. The S3
+user's keys stay in their 0600 file: never in the output, the env file or the log.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import stat
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from bh.devstack import probe
+from bh.devstack.poll import poll_until
 from bh.devstack.process import read_pidfile
 from bh.devstack.rgw import gateway, user
 from tests.support.services import bh_dev, free_ports, missing
@@ -134,7 +136,7 @@ def test_keys_stay_in_their_private_file(home: DevHome) -> None:
     assert anonymous == 403, "an object must not be readable without the keys"
 
 
-def test_up_again_restart_crash_and_down_keep_objects_until_down(home: DevHome) -> None:
+def test_up_again_restart_crashes_and_down_keep_objects_until_down(home: DevHome) -> None:
     s3 = home.s3()
     s3.create_bucket(Bucket="kept")
     s3.put_object(Bucket="kept", Key="k", Body=b"kept", IfNoneMatch="*")
@@ -148,16 +150,27 @@ def test_up_again_restart_crash_and_down_keep_objects_until_down(home: DevHome) 
     assert home.supervisor_pid() != pid
     assert _read(home, "kept", "k") == b"kept"
 
-    os.killpg(home.supervisor_pid(), signal.SIGKILL)  # the service's whole process group
+    # The supervisor alone dies: its daemons follow (they run in sessions of their own).
+    os.kill(home.supervisor_pid(), signal.SIGKILL)
+    assert poll_until(lambda: not _daemons_of(home.cluster), timeout=timedelta(seconds=60))
     # status fails: the core services are not running in this dev home
     assert "not running" in _row(home.bh("status"), exit_code=1)
-    restarted = _row(home.bh("up", *_ONLY_RGW))
-    assert "started" in restarted and "stale pidfile" in restarted
-    assert _read(home, "kept", "k") == b"kept"
+    _assert_recovers(home)
+
+    # Everything dies at once, as with the machine: every pid file is left behind.
+    for process in _daemons_of(home.cluster):
+        process.kill()
+    _assert_recovers(home)
 
     assert "stopped" in _row(home.bh("down"))
     assert not _daemons_of(home.cluster)
     assert not probe.tcp_open("127.0.0.1", home.port)
+
+
+def _assert_recovers(home: DevHome) -> None:
+    restarted = _row(home.bh("up", *_ONLY_RGW))
+    assert "started" in restarted and "stale pidfile" in restarted
+    assert _read(home, "kept", "k") == b"kept"
 
 
 def _read(home: DevHome, bucket: str, key: str) -> bytes:
@@ -165,11 +178,10 @@ def _read(home: DevHome, bucket: str, key: str) -> bytes:
     return body
 
 
-def _daemons_of(cluster: Path) -> list[str]:
-    """Processes whose command line names the cluster's directory."""
+def _daemons_of(cluster: Path) -> list[psutil.Process]:
+    """The supervisor and daemons of the cluster: their command lines name its directory."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(process.info["cmdline"] or ())
-        if str(cluster) in cmdline:
-            found.append(cmdline)
+        if any(str(cluster) in argument for argument in process.info["cmdline"] or ()):
+            found.append(process)
     return found

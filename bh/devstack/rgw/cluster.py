@@ -18,6 +18,7 @@ is the dev service's log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Mapping
@@ -67,6 +68,14 @@ class Cluster:
 
     def keyring(self, entity: str) -> Path:
         return self.root / f"{entity.rstrip('.')}.keyring"
+
+    def pids(self) -> list[int]:
+        """The pids in the daemons' pid files (a daemon removes its own when it stops)."""
+        found = []
+        for pidfile in (self.root / "run").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                found.append(int(pidfile.read_text().strip()))
+        return found
 
     def made(self) -> Mapping[str, object] | None:
         """What the bootstrap recorded (fsid, monitor port), or None if it never finished."""

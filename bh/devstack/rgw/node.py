@@ -3,13 +3,18 @@
 It makes the cluster if there is none (clearing a half-made one first), starts the
 monitor, the OSD and radosgw as its children, makes sure the S3 user exists and its keys
 are in the credentials file, then waits. It exits when a daemon exits (so ``bh dev up``
-sees the service down and starts it again), and on SIGTERM stops radosgw, the OSD and the
-monitor in that order. The daemons share its process group (``bh dev down`` signals the
-group) and get SIGTERM should this process die without stopping them.
+sees the service down and starts it again), and on SIGTERM stops radosgw, then the OSD,
+then the monitor. That order matters: an OSD stopped while its monitor runs is recorded
+down, and the next start is ready in ~5 s; stopped together, the monitor still believes
+the old OSD up, and radosgw's first reads wait ~10 s for it. So the daemons run in
+sessions of their own, out of reach of the signal ``bh dev down`` sends this process's
+group; they get SIGTERM should this process die without stopping them, and the next
+start waits for such leftovers to exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -27,6 +32,7 @@ from bh.devstack.rgw.cluster import MON_ID, OSD_ID, RGW, Cluster
 
 _READY_TIMEOUT = timedelta(minutes=3)
 _STOP_TIMEOUT_S = 20
+_GRACE = timedelta(seconds=30)  # for daemons left by an earlier run to exit
 _PR_SET_PDEATHSIG = 1
 
 
@@ -63,6 +69,7 @@ class Node:
         if cluster.half_made():
             say(f"{cluster.root} is half made (an earlier start was killed): making it afresh")
             cluster.clear()
+        self._await_leftovers()
         made = cluster.made()
         if made is None:
             say(f"making a new cluster in {cluster.root}")
@@ -83,11 +90,27 @@ class Node:
         self._await_gateway()
         user.ensure(cluster, self._credentials)
 
+    def _await_leftovers(self) -> None:
+        """Daemons of an earlier run (their supervisor died) hold the ports, the stores'
+        locks and the pid files: wait for them to exit, then kill what is left."""
+        conf = str(self._cluster.conf)
+        leftovers = [pid for pid in self._cluster.pids() if _runs_with(pid, conf)]
+        if not leftovers:
+            return
+        say(f"waiting for {len(leftovers)} daemon(s) of an earlier run to exit")
+        if poll_until(lambda: not any(_runs_with(pid, conf) for pid in leftovers), timeout=_GRACE):
+            return
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def _spawn(self, program: str, *args: str) -> None:
         argv = (program, "-f", "-c", str(self._cluster.conf), *args)
         say(f"starting {' '.join(argv)}")
         try:
-            daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            daemon = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
+            )
         except OSError as error:
             raise DevstackError(f"cannot run {program}: {error.strerror}") from None
         self._daemons[program] = daemon
@@ -130,6 +153,15 @@ class Node:
 
 def say(message: str) -> None:
     print(f"bh dev rgw: {message}", file=sys.stderr, flush=True)
+
+
+def _runs_with(pid: int, argument: str) -> bool:
+    """True if a live process ``pid`` has ``argument`` on its command line."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return argument.encode() in cmdline.split(b"\0")
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
