@@ -1,10 +1,11 @@
 """The ``brainhands/service`` image, built offline: one image runs every role.
 
-Recipe: ``infra/images/service/Dockerfile``, ``FROM`` the debootstrap base of the tool
-images (``hands.images``). The build context holds a wheelhouse and nothing else: the
-project's pinned dependencies as binary wheels for the base's CPython 3.11 on this
-machine's architecture (``pip download``, kept in a cache keyed by the dependency list,
-so a second build downloads nothing), pip's own wheel, and a wheel of this checkout
+Recipe: ``infra/images/service/Dockerfile``, ``FROM`` ``SERVICE_BASE``: the debootstrap
+base of the tool images (``hands.images.build_base``) with iptables added. The build
+context holds a wheelhouse and nothing else: the project's pinned dependencies as binary
+wheels for the base's CPython 3.11 on this machine's architecture (``pip download``, kept
+in a cache keyed by the dependency list, so a second build downloads nothing), pip's own
+wheel, and a wheel of this checkout
 (``pip wheel --no-deps``). In the image ``pip install --no-index`` installs from it: no
 registry and no index are reached from inside the build.
 
@@ -30,9 +31,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from contracts.errors import BrainhandsError
-from hands.images import BASE_IMAGE, BUILD_HASH_LABEL, BuiltImage, Say, build_images
+from hands.images import BUILD_HASH_LABEL, BuiltImage, Say, build_base
 
 SERVICE_REPOSITORY: Final = "brainhands/service"
+#: the tool images' debootstrap base plus what the Hands run besides Python: iptables
+#: (their egress firewall, in the engine's network namespace)
+SERVICE_BASE: Final = "brainhands/service-base:bookworm"
+SERVICE_BASE_PACKAGES: Final = ("iptables",)
 CHECKOUT: Final = Path(__file__).resolve().parents[1]
 RECIPE: Final = CHECKOUT / "infra" / "images" / "service"
 
@@ -68,7 +73,7 @@ async def build_service_image(
     """Build (or find up to date) ``brainhands/service:<version>`` and ``:latest``."""
     import docker  # type: ignore[import-untyped]
 
-    base = (await build_images(docker_host, names=[], say=say))[BASE_IMAGE]
+    base = await build_base(docker_host, tag=SERVICE_BASE, packages=SERVICE_BASE_PACKAGES, say=say)
     wanted = service_hash(base.image_id)
     tag = service_tag()
     client = await asyncio.to_thread(
@@ -83,10 +88,10 @@ async def build_service_image(
         with tempfile.TemporaryDirectory(prefix="bh-service-") as context:
             root = Path(context)
             shutil.copy(RECIPE / "Dockerfile", root / "Dockerfile")
-            python = await asyncio.to_thread(_python_of, client, BASE_IMAGE)
+            python = await asyncio.to_thread(_python_of, client, SERVICE_BASE)
             wheels, cached = root / "wheels", cache or _cache()
             await asyncio.to_thread(_wheelhouse, wheels, python, cached, client, say)
-            say(f"{tag}: building from {RECIPE} (FROM {BASE_IMAGE})")
+            say(f"{tag}: building from {RECIPE} (FROM {SERVICE_BASE})")
             image = await asyncio.to_thread(_build, client, root, tag, wanted)
         say(f"{tag}: built in {time.monotonic() - started:.1f} s ({image.id})")
         return BuiltImage(tag, image.id, skipped=False)
@@ -179,7 +184,7 @@ def _missing(client: Any, cached: Path, checkout_wheel: Path) -> list[str]:
     ]  # fmt: skip
     try:
         client.containers.run(
-            BASE_IMAGE,
+            SERVICE_BASE,
             command,
             volumes={
                 str(cached): {"bind": "/cache", "mode": "ro"},
@@ -225,7 +230,7 @@ def _build(client: Any, context: Path, tag: str, wanted: str) -> Any:
         image, _ = client.images.build(
             path=str(context),
             tag=tag,
-            buildargs={"BASE": BASE_IMAGE},
+            buildargs={"BASE": SERVICE_BASE},
             labels={
                 BUILD_HASH_LABEL: wanted,
                 "org.opencontainers.image.version": tag.split(":")[1],

@@ -86,9 +86,27 @@ def recipe_digest(directory: Path) -> str:
     return _files_digest(directory, b"recipe\0")
 
 
-def base_hash(root: Path = SANDBOX_IMAGES) -> str:
-    """The recipe hash of the base image (what the base script labels it with)."""
-    return f"sha256:{hashlib.sha256(_base_script(root).read_bytes()).hexdigest()}"
+def base_hash(root: Path = SANDBOX_IMAGES, *, packages: Sequence[str] = ()) -> str:
+    """The recipe hash of a base image (what the base script labels it with): the script,
+    and the extra packages when there are any."""
+    recipe = _base_script(root).read_bytes()
+    if packages:
+        recipe += b"\0" + ",".join(packages).encode()
+    return f"sha256:{hashlib.sha256(recipe).hexdigest()}"
+
+
+async def build_base(
+    docker_host: str | None = None,
+    *,
+    tag: str = BASE_IMAGE,
+    packages: Sequence[str] = (),
+    root: Path = SANDBOX_IMAGES,
+    say: Say = _silent,
+) -> BuiltImage:
+    """The debootstrap base ``tag`` with python3 and ``packages``, built when missing or
+    out of date (the service image's base adds iptables for the Hands' firewall)."""
+    async with _engine(docker_host) as client:
+        return await _default_base(client, root, docker_host, say, tag=tag, packages=packages)
 
 
 async def build_images(
@@ -145,20 +163,28 @@ def _select(directories: dict[str, Path], names: Sequence[str] | None) -> dict[s
     return {name: path for name, path in directories.items() if name in wanted}
 
 
-async def _default_base(client: Any, root: Path, docker_host: str | None, say: Say) -> BuiltImage:
-    wanted = base_hash(root)
-    found = await _inspect(client, BASE_IMAGE)
+async def _default_base(
+    client: Any,
+    root: Path,
+    docker_host: str | None,
+    say: Say,
+    *,
+    tag: str = BASE_IMAGE,
+    packages: Sequence[str] = (),
+) -> BuiltImage:
+    wanted = base_hash(root, packages=packages)
+    found = await _inspect(client, tag)
     if found is not None and found.labels.get(BUILD_HASH_LABEL) == wanted:
-        say(f"{BASE_IMAGE}: up to date")
-        return BuiltImage(BASE_IMAGE, found.id, skipped=True)
-    say(f"{BASE_IMAGE}: building with {_base_script(root)} (debootstrap, about a minute)")
+        say(f"{tag}: up to date")
+        return BuiltImage(tag, found.id, skipped=True)
+    say(f"{tag}: building with {_base_script(root)} (debootstrap, about a minute)")
     started = time.monotonic()
-    await _run_base_script(_base_script(root), docker_host, say)
-    built = await _inspect(client, BASE_IMAGE)
+    await _run_base_script(_base_script(root), docker_host, say, tag=tag, packages=packages)
+    built = await _inspect(client, tag)
     if built is None or built.labels.get(BUILD_HASH_LABEL) != wanted:
-        raise BrainhandsError(f"the base script finished but {BASE_IMAGE} is not up to date")
-    say(f"{BASE_IMAGE}: built in {time.monotonic() - started:.1f} s ({built.id})")
-    return BuiltImage(BASE_IMAGE, built.id, skipped=False)
+        raise BrainhandsError(f"the base script finished but {tag} is not up to date")
+    say(f"{tag}: built in {time.monotonic() - started:.1f} s ({built.id})")
+    return BuiltImage(tag, built.id, skipped=False)
 
 
 async def _given_base(client: Any, base: str, say: Say) -> BuiltImage:
@@ -202,14 +228,17 @@ async def _tool(client: Any, tag: str, directory: Path, base: BuiltImage, say: S
     return BuiltImage(tag, image.id, skipped=False)
 
 
-async def _run_base_script(script: Path, docker_host: str | None, say: Say) -> None:
+async def _run_base_script(
+    script: Path, docker_host: str | None, say: Say, *, tag: str, packages: Sequence[str]
+) -> None:
     env = dict(os.environ)
     if docker_host:
         env["DOCKER_HOST"] = docker_host
+    env["BH_BASE_PACKAGES"] = ",".join(packages)
     process = await asyncio.create_subprocess_exec(
         "bash",
         str(script),
-        BASE_IMAGE,
+        tag,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -219,7 +248,7 @@ async def _run_base_script(script: Path, docker_host: str | None, say: Say) -> N
     if await process.wait() != 0:
         tail = errors.decode(errors="replace").strip()[-2000:]
         raise BrainhandsError(
-            f"building {BASE_IMAGE} failed (exit {process.returncode}): {tail}", script=str(script)
+            f"building {tag} failed (exit {process.returncode}): {tail}", script=str(script)
         )
 
 

@@ -61,6 +61,13 @@ def test_it_says_its_version_and_runs_as_a_user_of_its_own(image: str, engine: A
     assert engine.images.get("brainhands/service:latest").id == image
 
 
+def test_the_hands_firewall_has_its_iptables(image: str, engine: Any) -> None:
+    """The Hands' egress firewall runs ``iptables`` in the engine's network namespace:
+    the service image's base adds it to the tool images' debootstrap base."""
+    version = engine.containers.run(image, ["--version"], entrypoint="iptables", remove=True)
+    assert version.decode().startswith("iptables v1.8")
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_starts(image: str, engine: Any, role: str) -> None:
     usage = engine.containers.run(image, [role, "--help"], remove=True).decode()
