@@ -13,6 +13,7 @@ from bh import (
     devstack,
     doctor,
     images_commands,
+    init_command,
     ops_commands,
     session_commands,
     store_commands,
@@ -65,6 +66,7 @@ app.add_typer(tools_commands.app, name="tools")
 app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
 app.command(name="demo")(demo.demo)
 app.command(name="up")(system.up)
+app.command(name="init")(init_command.init)  # a deployment's one-shot init job
 app.command(name="chaos")(chaos.chaos)
 app.command(name="doctor")(doctor.doctor)
 app.command(name="down")(system.down)

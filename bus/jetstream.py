@@ -22,6 +22,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -71,7 +72,10 @@ class BusSettings(Frozen):
     namespace: str = Field(default="bh", pattern=r"^[a-z][a-z0-9_]{0,30}$")
     duplicate_window: timedelta = timedelta(minutes=2)
     results_max_age: timedelta = timedelta(days=1)
-    replicas: int = 1
+    #: copies of each stream in a NATS cluster. None (every service): a stream this
+    #: client creates gets one, an existing one keeps its own — so a service starting
+    #: never scales down what the deployment's init job (``bh init --replicas 3``) set
+    replicas: int | None = Field(default=None, ge=1, le=5)
     connect_timeout: timedelta = timedelta(seconds=5)
 
 
@@ -137,7 +141,7 @@ class Bus:
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 duplicate_window=window,
-                num_replicas=self.settings.replicas,
+                num_replicas=self.settings.replicas or 1,
             )
         )
         await self._ensure(
@@ -148,17 +152,36 @@ class Bus:
                 storage=StorageType.FILE,
                 duplicate_window=window,
                 max_age=self.settings.results_max_age.total_seconds(),
-                num_replicas=self.settings.replicas,
+                num_replicas=self.settings.replicas or 1,
             )
         )
 
+    async def replicas(self) -> dict[str, tuple[int, str | None]]:
+        """Each stream's replicas and its leader's name (None while none is elected)."""
+        found = {}
+        for name in (self.stream(DISPATCH_STREAM), self.stream(RESULTS_STREAM)):
+            try:
+                info = await self.js.stream_info(name)
+            except (nats.errors.Error, OSError) as error:
+                raise StoreUnavailable(f"cannot read stream {name}: {error}") from None
+            leader = info.cluster.leader if info.cluster is not None else None
+            found[name] = (info.config.num_replicas or 1, leader)
+        return found
+
     async def _ensure(self, config: StreamConfig) -> None:
         try:
-            await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            await self.js.update_stream(config)  # exists with other settings: align them
+            await self._create_or_align(config)
         except (nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"cannot create stream {config.name}: {error}") from None
+
+    async def _create_or_align(self, config: StreamConfig) -> None:
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:  # exists with other settings: align them
+            if self.settings.replicas is None:  # but keep the copies the deployment chose
+                found = await self.js.stream_info(str(config.name))
+                config = replace(config, num_replicas=found.config.num_replicas)
+            await self.js.update_stream(config)
 
     async def publish(self, topic: str, message: BaseModel | bytes, *, msg_id: str) -> bool:
         """Publish durably (waits for the stream's ack); False if it was a duplicate."""
