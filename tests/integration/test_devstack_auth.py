@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,19 +20,9 @@ from bh.devstack.errors import DevstackError
 from bh.devstack.poll import poll_until
 from bh.devstack.process import PidRecord, is_running, spawn, write_pidfile
 from bh.devstack.state import StateDir
+from tests.support.services import bh_dev, free_ports
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats]
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @pytest.fixture
@@ -43,7 +31,7 @@ def dev_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         binaries.redis_server(), binaries.nats_server()
     except DevstackError as error:
         pytest.skip(str(error))
-    redis_port, nats_port, http_port, moto_port = _free_ports(4)
+    redis_port, nats_port, http_port, moto_port = free_ports(4)
     env = {
         **os.environ,
         "BH_DEV_HOME": str(tmp_path / "dev"),
@@ -54,18 +42,7 @@ def dev_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "COLUMNS": "200",
     }
     yield env
-    _bh("down", env=env)
-
-
-def _bh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bh.cli", "dev", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    bh_dev("down", env=env)
 
 
 def _start_unauthenticated(env: dict[str, str]) -> tuple[PidRecord, PidRecord]:
@@ -113,11 +90,11 @@ def test_servers_running_without_authentication_are_replaced(dev_env: dict[str, 
     redis_port, nats_port = int(dev_env["BH_DEV_REDIS_PORT"]), int(dev_env["BH_DEV_NATS_PORT"])
     assert _anonymous_redis_ping(redis_port).startswith(b"+PONG")  # open, as before
 
-    started = _bh("up", "--without", "moto", "--without", "docker", env=dev_env)
+    started = bh_dev("up", "--without", "moto", "--without", "docker", env=dev_env)
 
     assert started.returncode == 0, started.stdout + started.stderr
     assert not is_running(old_redis) and not is_running(old_nats)
     assert _anonymous_redis_ping(redis_port).startswith(b"-NOAUTH")
     assert b'"auth_required":true' in _nats_info(nats_port)
-    again = _bh("up", "--without", "moto", "--without", "docker", env=dev_env)
+    again = bh_dev("up", "--without", "moto", "--without", "docker", env=dev_env)
     assert again.stdout.count("already running") == 2, again.stdout  # and kept after that
