@@ -10,8 +10,6 @@ image                           made of
 ``brainhands/infra-rgw``        Debian's Ceph 16.2 (ceph-mon, ceph-osd, radosgw) in a
                                 debootstrap root, run by ``bh.devstack.rgw`` from the
                                 service image's virtualenv
-``brainhands/hands``            the service image's virtualenv on a debootstrap root with
-                                iptables (the Hands' egress firewall needs it)
 ==============================  ===========================================================
 
 A recipe is a directory ``infra/images/<name>/``: a ``Dockerfile`` and, when the image
@@ -49,7 +47,7 @@ from hands.images import BASE_IMAGE, BUILD_HASH_LABEL, BuiltImage, Say, build_im
 
 RECIPES: Final = Path(__file__).resolve().parents[1] / "infra" / "images"
 #: the recipes this module builds (``service`` is ``bh.service_image``'s)
-NAMES: Final = ("redis", "nats", "rgw", "hands")
+NAMES: Final = ("redis", "nats", "rgw")
 SUITE: Final = "bookworm"
 #: files copied from this host into a recipe's build context: name -> where they are
 _HOST_FILES: Final[Mapping[str, Callable[[], Mapping[str, Path]]]] = {
@@ -59,7 +57,7 @@ _HOST_FILES: Final[Mapping[str, Callable[[], Mapping[str, Path]]]] = {
 
 def image_tag(name: str) -> str:
     """The tag of the image built from ``infra/images/<name>``."""
-    return "brainhands/hands:latest" if name == "hands" else f"brainhands/infra-{name}:latest"
+    return f"brainhands/infra-{name}:latest"
 
 
 def root_tag(name: str) -> str:
@@ -170,7 +168,12 @@ def _image(client: Any, name: str, arguments: dict[str, str], say: Say) -> Built
 
     tag, recipe = image_tag(name), RECIPES / name
     extra = _HOST_FILES.get(name, dict)()
-    used = {key: _inspect(client, value).id for key, value in arguments.items()}
+    dockerfile = (recipe / "Dockerfile").read_text()
+    used = {
+        key: _inspect(client, value).id
+        for key, value in arguments.items()
+        if f"${{{key}}}" in dockerfile  # only the images the recipe is built from
+    }
     wanted = _recipe_hash(recipe, extra, used)
     found = _inspect(client, tag)
     if found is not None and found.labels.get(BUILD_HASH_LABEL) == wanted:

@@ -4,17 +4,20 @@ network, with the S3 keys of the deployment's secrets.
 
 The monitor and the OSD listen on the container's loopback (nothing outside needs them,
 and the address stays the same when the container is recreated on another IP). The
-cluster lives in ``/var/lib/rgw`` (a volume: restarting the container keeps the objects).
+cluster lives in ``--root`` (``/data``, the deployment's volume: restarting the
+container keeps the objects).
 
-Keys: like ``minio/minio``, the access key and the secret key are read from the files
-``MINIO_ROOT_USER_FILE`` and ``MINIO_ROOT_PASSWORD_FILE`` name (the same compose secrets
-serve both images). The S3 user gets them as its key (added once; radosgw-admin reads
-them from ``CEPH_ARGS`` in its environment, not from its command line, which every user
-of the host can read in ``ps``).
+Keys: like ``minio/minio``, the access key and the secret key are read from the secret
+files ``MINIO_ROOT_USER_FILE`` and ``MINIO_ROOT_PASSWORD_FILE`` name (a name under
+``/run/secrets``, or a path), so the same compose secrets serve both images. The S3
+user gets them as its key (added once; radosgw-admin reads them from ``CEPH_ARGS`` in
+its environment, not from its command line, which every user of the host can read in
+``ps``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -27,7 +30,7 @@ from bh.devstack.rgw.cluster import Cluster
 from bh.devstack.rgw.node import Node, say
 from bh.devstack.rgw.user import UID
 
-ROOT = Path("/var/lib/rgw")
+SECRETS = Path("/run/secrets")
 S3_PORT = int(os.environ.get("RGW_PORT", "9000"))
 MON_PORT = 3300
 
@@ -75,13 +78,16 @@ class Gateway(Node):
 
 
 def _secret(variable: str) -> str:
-    path = os.environ.get(variable)
-    if not path:
-        sys.exit(f"rgw: {variable} must name the file holding the S3 key")
-    return Path(path).read_text().strip()
+    name = os.environ.get(variable)
+    if not name:
+        sys.exit(f"rgw: {variable} must name the secret file holding the S3 key")
+    return (SECRETS / name).read_text().strip()  # an absolute name stays itself
 
 
 if __name__ == "__main__":
-    cluster = ContainerCluster(root=ROOT, host="127.0.0.1", port=S3_PORT, mon_port=MON_PORT)
+    parser = argparse.ArgumentParser(prog="serve.py")
+    parser.add_argument("--root", type=Path, default=Path("/data"), help="the cluster's home")
+    root = parser.parse_args().root
+    cluster = ContainerCluster(root=root, host="127.0.0.1", port=S3_PORT, mon_port=MON_PORT)
     node = Gateway(cluster, _secret("MINIO_ROOT_USER_FILE"), _secret("MINIO_ROOT_PASSWORD_FILE"))
     raise SystemExit(node.run())
