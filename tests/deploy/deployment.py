@@ -1,0 +1,159 @@
+"""The offline compose deployment of one test run: brought up under a project name of its
+own, scaled, its containers found, signalled, partitioned, and torn down with its
+volumes, networks and the sandbox containers its Hands started.
+
+The files: ``infra/compose/compose.yaml`` + ``compose.offline.yaml`` (the images built
+here) + ``tests/deploy/compose.test.yaml`` (the workload, several Hands on one host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import docker.errors  # type: ignore[import-untyped]
+
+from hands.egress.firewall import BridgeFirewall
+from hands.sandbox import LABEL_OWNER
+from tests.support.processes import ROOT
+
+COMPOSE = ROOT / "infra" / "compose"
+FILES = (
+    COMPOSE / "compose.yaml",
+    COMPOSE / "compose.offline.yaml",
+    Path(__file__).with_name("compose.test.yaml"),
+)
+_PROJECT = "com.docker.compose.project"
+_SERVICE = "com.docker.compose.service"
+
+
+class DeployError(Exception):
+    """docker-compose or a container did not do what the run needed."""
+
+
+@dataclass
+class Deployment:
+    project: str
+    #: docker-compose's environment: the files' ${...} and the variables passed through
+    env: dict[str, str]
+    #: where the containers' logs are kept (``<service>-<id>.log``)
+    work: Path
+    client: Any = field(default_factory=docker.from_env)
+
+    # -- compose -------------------------------------------------------------------------
+
+    def compose(self, *args: str, timeout: float = 300) -> str:
+        files = [arg for path in FILES for arg in ("-f", str(path))]
+        done = subprocess.run(
+            ["docker-compose", "-p", self.project, *files, *args],
+            cwd=COMPOSE,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise DeployError(f"docker-compose {' '.join(args)}: {done.stderr[-3000:]}")
+        return done.stdout
+
+    def up(self, brains: int, hands: int) -> None:
+        self.compose("up", "-d", "--scale", f"brain={brains}", "--scale", f"hands={hands}")
+
+    async def scale(self, service: str, count: int) -> None:
+        """``--scale``: new containers started, extra ones stopped (SIGTERM) and removed;
+        back when ``count`` containers are healthy."""
+        self.save_logs()  # a removed container takes its log with it
+        arguments = ("up", "-d", "--no-deps", "--no-recreate", "--scale", f"{service}={count}")
+        await asyncio.to_thread(self.compose, *arguments, service)
+        await self.healthy(service, count)
+
+    def down(self) -> None:
+        self.save_logs()
+        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "10")
+
+    # -- containers ----------------------------------------------------------------------
+
+    def containers(self, service: str, *, running: bool = True) -> list[Any]:
+        labels = [f"{_PROJECT}={self.project}", f"{_SERVICE}={service}"]
+        found = self.client.containers.list(all=not running, filters={"label": labels})
+        return sorted(found, key=lambda c: c.name)
+
+    async def healthy(self, service: str, count: int, within: float = 120) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            states = [_health(c) for c in self.containers(service)]
+            if len(states) == count and all(state == "healthy" for state in states):
+                return
+            await asyncio.sleep(1)
+        raise DeployError(f"{service}: not {count} healthy in {within:.0f} s: {states}")
+
+    async def unready(self, service: str, within: float) -> list[tuple[Any, str]]:
+        """The containers of ``service`` not healthy after ``within`` seconds, each with
+        what its last healthcheck said."""
+        deadline = time.monotonic() + within
+        while True:
+            found = [c for c in self.containers(service) if _health(c) != "healthy"]
+            if not found or time.monotonic() > deadline:
+                return [(c, _last_check(c)) for c in found]
+            await asyncio.sleep(1)
+
+    def address(self, container: Any) -> str | None:
+        """The container's address on the deployment's network (None: none now)."""
+        container.reload()
+        networks = container.attrs["NetworkSettings"]["Networks"]
+        found = networks.get(self.env["BH_DEPLOY_NETWORK"]) or {}
+        return found.get("IPAddress") or None
+
+    def save_logs(self) -> None:
+        """Each container's log (so far) in ``work``, as ``<service>-<id>.log``."""
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{_PROJECT}={self.project}"}
+        ):
+            service = container.labels.get(_SERVICE, "unknown")
+            with contextlib.suppress(docker.errors.APIError):
+                text = container.logs(stdout=True, stderr=True)
+                (self.work / f"{service}-{container.short_id}.log").write_bytes(text)
+
+    # -- what the run adds around compose -------------------------------------------------
+
+    def make_network(self) -> str:
+        """The deployment's network, made before ``up`` so that the test's relays can
+        listen on its gateway address first; the gateway."""
+        network = self.client.networks.create(self.env["BH_DEPLOY_NETWORK"], driver="bridge")
+        network.reload()
+        return str(network.attrs["IPAM"]["Config"][0]["Gateway"])
+
+    async def clean(self) -> None:
+        """What compose does not remove: the run's network, its egress network with the
+        bridge firewall's chain, and the sandbox containers its Hands started."""
+        owner = self.env["BH_HANDS_OWNER"]
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={owner}"}
+        ):
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        for name in (self.env["BH_EGRESS_NETWORK"], self.env["BH_DEPLOY_NETWORK"]):
+            with contextlib.suppress(docker.errors.NotFound):
+                network = self.client.networks.get(name)
+                bridge = f"br-{network.id[:12]}"
+                with contextlib.suppress(Exception):
+                    await BridgeFirewall(interface=bridge, address="0.0.0.0", port=1).remove()
+                network.remove()
+
+
+def _last_check(container: Any) -> str:
+    checks = (container.attrs["State"].get("Health") or {}).get("Log") or [{}]
+    return " ".join(str(checks[-1].get("Output", "")).split())[:300]
+
+
+def _health(container: Any) -> str:
+    container.reload()
+    state = container.attrs["State"]
+    return str((state.get("Health") or {}).get("Status") or state.get("Status"))

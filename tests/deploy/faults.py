@@ -1,0 +1,188 @@
+"""The faults the deploy test injects into the compose deployment, each returning what it
+hit (for the run's schedule, as ``bh chaos`` prints it).
+
+- ``scale``: ``docker-compose up --scale`` (removed containers get SIGTERM);
+- ``kill_brain_mid_tool``: ``docker kill`` the Brain inside an email send (found through
+  the email relay: the client port the service saw, the container behind it);
+- ``kill_hands_mid_run``: ``docker kill`` a Hands while a sandboxed run is in flight;
+- ``partition_brain``: ``docker network disconnect`` a Brain (from Redis, the store and
+  NATS) past its lease, then reconnect it;
+- ``partition_hands``: drop the Hands' NATS traffic (they live in the host's network
+  namespace: an iptables rule on the published NATS port) mid-run, then heal;
+- ``stop_nats_node``: stop one NATS server (the streams are R3), start it again;
+- ``restart``: Redis (its data lost: no persistence) or the S3 server (data kept);
+- ``rolling_restart``: every Brain in turn, SIGTERM (leases handed back), then started.
+
+After each fault every service must be ready again within ``RECOVERY`` seconds; one that
+is not is a violation (with what its ``/readyz`` said), and is restarted — what an
+orchestrator acting on readiness would do — so the rest of the run still counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bh.chaos_services import EMAIL_SEND, ChaosServices
+from hands.sandbox import LABEL_OWNER
+from tests.deploy.deployment import Deployment
+from tests.deploy.relay import Relay
+
+#: the Brains' lease (compose.test.yaml: --lease-seconds 2); a partition lasts past it
+LEASE_SECONDS = 2.0
+#: how long a fault waits for the moment it wants (a send, a run) before hitting anyway
+WITHIN = 20.0
+#: how long every service has to be ready again after a fault
+RECOVERY = 60.0
+SERVICES = ("scheduler-1", "scheduler-2", "session-api", "hands-api", "brain", "hands")
+
+
+@dataclass
+class Faults:
+    deployment: Deployment
+    services: ChaosServices
+    email_relay: Relay
+    started: float = field(default_factory=time.monotonic)
+    #: (seconds into the run, fault, what it hit), as ``ChaosReport.schedule``
+    schedule: list[tuple[float, str, str]] = field(default_factory=list)
+    #: services not ready again after a fault
+    violations: list[str] = field(default_factory=list)
+
+    async def run(self, name: str, fault: Callable[[], Awaitable[str]]) -> None:
+        moment = round(time.monotonic() - self.started, 2)
+        self.schedule.append((moment, name, await fault()))
+        print(f"{moment:7.1f} s  {name:22} {self.schedule[-1][2]}", flush=True)
+        await self.recovered(name)
+
+    async def recovered(self, fault: str) -> None:
+        for service in SERVICES:
+            for container, said in await self.deployment.unready(service, RECOVERY):
+                self.violations.append(
+                    f"{container.name} not ready {RECOVERY:.0f} s after {fault}: {said}"
+                )
+                await asyncio.to_thread(container.restart, timeout=30)
+                await self.deployment.healthy(service, len(self.deployment.containers(service)))
+
+    # -- scale ---------------------------------------------------------------------------
+
+    async def scale(self, service: str, count: int) -> str:
+        before = len(self.deployment.containers(service))
+        await self.deployment.scale(service, count)
+        return f"{service} {before} -> {count}"
+
+    # -- kills ---------------------------------------------------------------------------
+
+    async def kill_brain_mid_tool(self) -> str:
+        brain, why = await self._brain_in_send()
+        await asyncio.to_thread(brain.kill)
+        await self._restarted(brain, "brain")
+        return f"{brain.name} ({why})"
+
+    async def kill_hands_mid_run(self) -> str:
+        running = await self._until(self._runs)
+        hands = self.deployment.containers("hands")[0]
+        await asyncio.to_thread(hands.kill)
+        await self._restarted(hands, "hands")
+        return f"{hands.name} ({f'{running} runs in flight' if running else 'no run seen'})"
+
+    async def _restarted(self, container: Any, service: str) -> None:
+        """The restart policy brings a killed container back; start it if not."""
+        await asyncio.sleep(2)
+        container.reload()
+        if container.status != "running":
+            await asyncio.to_thread(container.start)
+        count = len(self.deployment.containers(service))
+        await self.deployment.healthy(service, count)
+
+    # -- partitions ----------------------------------------------------------------------
+
+    async def partition_brain(self) -> str:
+        brain, why = await self._brain_in_send()
+        network = self.deployment.client.networks.get(self.deployment.env["BH_DEPLOY_NETWORK"])
+        await asyncio.to_thread(network.disconnect, brain)
+        await asyncio.sleep(LEASE_SECONDS * 4)  # past its lease: another Brain takes over
+        await asyncio.to_thread(network.connect, brain, aliases=["brain"])
+        await self.deployment.healthy("brain", len(self.deployment.containers("brain")))
+        return f"{brain.name} ({why}) cut off for {LEASE_SECONDS * 4:.0f} s"
+
+    async def partition_hands(self) -> str:
+        running = await self._until(self._runs)
+        port = self.deployment.env["BH_NATS_PORT"]
+        rules = [
+            ["INPUT", "-i", "lo", "-p", "tcp", "--dport", port, "-j", "DROP"],
+            ["INPUT", "-i", "lo", "-p", "tcp", "--sport", port, "-j", "DROP"],
+        ]
+        for rule in rules:
+            _iptables("-I", *rule)
+        try:
+            await asyncio.sleep(12)  # past the dispatch's ack wait (5 s)
+        finally:
+            for rule in rules:
+                _iptables("-D", *rule)
+        await self.deployment.healthy("hands", len(self.deployment.containers("hands")))
+        return f"the Hands' NATS port {port} dropped for 12 s ({running} runs in flight)"
+
+    # -- infrastructure ------------------------------------------------------------------
+
+    async def stop_nats_node(self, name: str = "nats-1") -> str:
+        node = self.deployment.containers(name)[0]
+        await asyncio.to_thread(node.stop, timeout=10)
+        await asyncio.sleep(10)  # the streams keep working on the two others (R3)
+        await asyncio.to_thread(node.start)
+        await self.deployment.healthy(name, 1)
+        return f"{node.name} stopped for 10 s"
+
+    async def restart(self, service: str) -> str:
+        container = self.deployment.containers(service)[0]
+        await asyncio.to_thread(container.restart, timeout=30)
+        await self.deployment.healthy(service, 1, within=180)
+        return str(container.name)
+
+    async def rolling_restart(self, service: str = "brain") -> str:
+        names = []
+        count = len(self.deployment.containers(service))
+        self.deployment.save_logs()
+        for container in self.deployment.containers(service):
+            await asyncio.to_thread(container.stop, timeout=30)  # SIGTERM: leases back
+            await asyncio.to_thread(container.start)
+            await self.deployment.healthy(service, count)
+            names.append(container.name)
+        return ", ".join(names)
+
+    # -- moments -------------------------------------------------------------------------
+
+    async def _brain_in_send(self) -> tuple[Any, str]:
+        """A Brain inside an email send, or (after ``WITHIN``) the first Brain."""
+        brains = self.deployment.containers("brain")
+        deadline = time.monotonic() + WITHIN
+        while time.monotonic() < deadline:
+            for port, request_id in self.services.email.calls(EMAIL_SEND):
+                address = self.email_relay.peers.get(port)
+                for brain in brains:
+                    if address is not None and self.deployment.address(brain) == address:
+                        return brain, f"in {EMAIL_SEND} {request_id}".rstrip()
+            await asyncio.sleep(0.05)
+        return brains[0], f"nothing in {EMAIL_SEND} for {WITHIN:.0f} s: hit anyway"
+
+    def _runs(self) -> int:
+        """Sandboxed runs in flight: the run's tool containers running now."""
+        owner = self.deployment.env["BH_HANDS_OWNER"]
+        label = f"{LABEL_OWNER}={owner}"
+        return len(self.deployment.client.containers.list(filters={"label": label}))
+
+    async def _until(self, count: Callable[[], int]) -> int:
+        deadline = time.monotonic() + WITHIN
+        while time.monotonic() < deadline:
+            found = await asyncio.to_thread(count)
+            if found:
+                return found
+            await asyncio.sleep(0.2)
+        return 0
+
+
+def _iptables(*args: str) -> None:
+    subprocess.run(["iptables", "-w", *args], check=True, capture_output=True)
