@@ -27,8 +27,6 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 
-import redis
-
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
 from coordination import redis_client
@@ -40,6 +38,9 @@ from coordination.wakes import RQWakes, WakeWorker, wake_queue
 from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+#: how often dead wake slots are looked for
+SUPERVISE_S = 1.0
 
 
 class BrainService:
@@ -78,11 +79,15 @@ class BrainService:
         #: liveness evidence of this and other Brain incarnations (restart limit)
         self._evidence = redis_client.connect(redis_url)
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
-        self._workers: list[WakeWorker] = []
+        #: each wake slot's RQ worker (made in the slot's thread) and thread, by slot
+        self._workers: dict[int, WakeWorker] = {}
         #: wake jobs refused (not the wake function of one session id), by reason
         self.refused_wakes: Counter[str] = Counter()
-        self._threads: list[threading.Thread] = []
-        self._connections: list[redis.Redis] = []
+        self._threads: dict[int, threading.Thread] = {}
+        #: wake slots started again after their loop ended while the Brain ran
+        self.slot_restarts = 0
+        #: set (by ``shutdown``) before any slot is told to stop: threads read it
+        self._stopping = threading.Event()
         self._held: dict[str, Lease] = {}
         self._driving: set[str] = set()
         self._again: set[str] = set()
@@ -95,11 +100,9 @@ class BrainService:
     async def holds_its_route(self) -> None:
         """Readiness: every wake slot's worker runs and, with routes, this Brain's route
         is advertised in Redis (so the scheduler can wake it)."""
-        dead = sum(not thread.is_alive() for thread in self._threads)
-        if len(self._threads) < self.concurrency or dead:
-            raise RuntimeError(
-                f"{dead or self.concurrency - len(self._threads)} wake slots not running"
-            )
+        running = sum(thread.is_alive() for thread in self._threads.values())
+        if running < self.concurrency:
+            raise RuntimeError(f"{self.concurrency - running} wake slots are not running")
         if self.routes is not None and self.route not in await self.routes.live():
             raise RuntimeError(f"route {self.route} is not advertised")
 
@@ -112,27 +115,71 @@ class BrainService:
             advertising = asyncio.create_task(self._advertise(self.routes))
         beating = asyncio.create_task(self._beat())
         for slot in range(self.concurrency):
-            # A client (connection pool) per slot: an RQ worker keeps one connection for
-            # its pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
-            # connections, so a shared pool ran dry past ~50 slots and killed the rest.
-            connection = redis_client.connect_sync(self.redis_url)
-            self._connections.append(connection)
-            queue = wake_queue(self.wakes.prefix, self.route, connection)
+            self._start_slot(slot, loop)
+        supervising = asyncio.create_task(self._supervise(loop))
+        await self._stopped.wait()
+        await cancel_and_wait(beating, supervising)
+        if advertising is not None:
+            await cancel_and_wait(advertising)
+
+    def _start_slot(self, slot: int, loop: asyncio.AbstractEventLoop) -> None:
+        name = f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}"
+        thread = threading.Thread(
+            target=self._slot, args=(slot, name, loop), name=name, daemon=True
+        )
+        self._threads[slot] = thread
+        thread.start()
+
+    def _slot(self, slot: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        """One wake slot, in its own thread: its RQ worker is made here, not on the loop
+        (making one talks to Redis, which may be down). It ends when the worker's loop
+        ends: by ``shutdown``, or when RQ gave up on an error (``_supervise``)."""
+        # A client (connection pool) per slot: an RQ worker keeps one connection for its
+        # pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
+        # connections, so a shared pool ran dry past ~50 slots and killed the rest.
+        connection = redis_client.connect_sync(self.redis_url)
+        try:
             worker = WakeWorker(
-                [queue],
-                name=f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}",
+                [wake_queue(self.wakes.prefix, self.route, connection)],
+                name=name,
                 connection=connection,
                 prefix=self.wakes.prefix,
                 loop=loop,
                 drive=self.drive,
                 refused=self.refused_wakes,
             )
-            self._workers.append(worker)
-            self._threads.append(worker.run_in_thread())
-        await self._stopped.wait()
-        await cancel_and_wait(beating)
-        if advertising is not None:
-            await cancel_and_wait(advertising)
+            self._workers[slot] = worker
+            if not self._stopping.is_set():
+                worker.work_here()
+        except Exception as error:  # Redis away while the worker registers: try later
+            log.warning("wake slot %d could not start: %s", slot, error)
+        finally:
+            connection.close()
+
+    async def _supervise(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a slot again whose thread ended while the Brain runs: RQ's loop quits on
+        an error outside its dequeue (Redis going away as a job ends, a restart under
+        load), and a Brain with dead slots takes fewer wakes, or none, for good. A slot
+        that keeps ending within a minute waits longer each time (1 s doubling to 30 s)."""
+        started = {slot: loop.time() for slot in self._threads}
+        delay: dict[int, float] = {}
+        due: dict[int, float] = {}
+        while True:
+            await asyncio.sleep(SUPERVISE_S)
+            now = loop.time()
+            for slot, thread in list(self._threads.items()):
+                if thread.is_alive() or self._stopping.is_set():
+                    continue
+                if slot not in due:
+                    lasted = now - started.get(slot, now)
+                    delay[slot] = 1.0 if lasted > 60 else min(delay.get(slot, 0.5) * 2, 30.0)
+                    due[slot] = now + delay[slot]
+                    log.warning("wake slot %d stopped; starting it in %.0f s", slot, delay[slot])
+                elif now >= due[slot]:
+                    del due[slot]
+                    started[slot] = now
+                    self.slot_restarts += 1
+                    self._start_slot(slot, loop)
 
     async def _advertise(self, routes: Routes) -> None:
         while True:
@@ -165,13 +212,12 @@ class BrainService:
 
     async def shutdown(self) -> None:
         """Stop taking wakes, let running drives end, hand leases back."""
-        for worker in self._workers:
+        self._stopping.set()
+        for worker in list(self._workers.values()):
             worker.stop()
         self._stopped.set()
-        for thread in self._threads:
+        for thread in list(self._threads.values()):
             await asyncio.to_thread(thread.join, 10)
-        for connection in self._connections:
-            connection.close()
         for lease in list(self._held.values()):
             with contextlib.suppress(Exception):
                 await self.leases.release(lease)

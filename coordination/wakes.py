@@ -242,14 +242,10 @@ class WakeWorker(SimpleWorker):
                 return found
         raise StopRequested()
 
-    def run_in_thread(self) -> threading.Thread:
-        def work() -> None:
-            _local.drive = self._perform
-            self.work(with_scheduler=False)
-
-        thread = threading.Thread(target=work, name=self.name, daemon=True)
-        thread.start()
-        return thread
+    def work_here(self) -> None:
+        """Take wake jobs in this thread until ``stop`` (or until RQ's loop gives up)."""
+        _local.drive = self._perform
+        self.work(with_scheduler=False)
 
     def _perform(self, session_id: str) -> str:
         # Taken: later wakes must enqueue anew (no lost wake-up during this drive).

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from rq.registry import FinishedJobRegistry
@@ -30,6 +31,7 @@ from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kind
 from tests.support.services import require
 from tests.support.stores import StoreLocation
+from tests.support.tcp_gate import TcpGate
 
 pytestmark = pytest.mark.redis
 
@@ -214,3 +216,53 @@ async def test_one_brain_never_drives_a_session_twice_at_once(
         assert second.startswith("busy") and "fence" in await first
     assert runs == ["root.r1"]
     await store.close()
+
+
+async def test_a_wake_slot_that_redis_took_down_is_replaced(tmp_path: Path, redis_url: str) -> None:
+    """Redis goes away as a drive ends (a restart under load): RQ's loop meets the error
+    outside its dequeue (recording the job's end) and quits its thread. The Brain starts
+    the slot again once Redis is back, and takes wakes as before."""
+    redis = urlsplit(redis_url)
+    async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
+        gated = redis_url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
+
+        async def cut_off(ctx: PhaseContext) -> PhaseOutcome:
+            gate.shut()  # the drive ends with Redis gone: RQ's bookkeeping fails after it
+            return Done(result={"echo": ctx.input})
+
+        prefix = f"t{uuid.uuid4().hex[:8]}"
+        store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+        registry = Registry()
+        registry.add(kind("cut", {"start": cut_off}))
+        registry.add(kind("echo", {"start": _echo}))
+        client = SessionClient(store)
+        wakes = RQWakes(redis_url, prefix=prefix)
+        async with brain(store, gated, prefix, "brain-a", registry) as service:
+            await assert_eventually(lambda: _holds_route(service), within=15)
+            await client.submit("s-cut", "r1", {"task": {"kind": "cut", "input": 1}})
+            await wakes.wake("s-cut", reason="submission")
+            await assert_eventually(lambda: _all_answered_ids(store, ["s-cut"]), within=30)
+            await asyncio.sleep(3)  # RQ meets the closed gate, and gives up its loop
+            gate.open()
+            await assert_eventually(lambda: _holds_route(service), within=30)
+            await client.submit("s-after", "r1", {"task": {"kind": "echo", "input": 2}})
+            await wakes.wake("s-after", reason="submission")
+            await assert_eventually(lambda: _all_answered_ids(store, ["s-after"]), within=30)
+        wakes.close()
+        await store.close()
+
+
+async def _holds_route(service: BrainService) -> bool:
+    try:
+        await service.holds_its_route()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _all_answered_ids(store: SessionStore, sessions: list[str]) -> bool:
+    for session_id in sessions:
+        submission = await (await store.session(session_id)).submission("r1")
+        if submission is None or submission.status is not SubmissionStatus.ANSWERED:
+            return False
+    return True

@@ -4,14 +4,21 @@ of its servers (Redis, NATS, the store) without touching the server.
 ``async with TcpGate(host, port) as gate:`` listens on ``gate.port`` and forwards each
 connection to the target; ``gate.shut()`` cuts every open connection and refuses new
 ones (they are accepted and closed at once, as a dead peer would look), ``gate.open()``
-lets them through again.
+lets them through again. The gate runs on an event loop in a thread of its own, so a
+client that blocks the test's loop (a synchronous Redis call made on it) still gets
+through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Coroutine
 from types import TracebackType
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 
 class TcpGate:
@@ -19,11 +26,14 @@ class TcpGate:
         self.target = (host, port)
         self.port = 0
         self.is_open = True
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> TcpGate:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._thread.start()
+        self._server = await self._on_gate(asyncio.start_server(self._accept, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -36,16 +46,25 @@ class TcpGate:
         self.shut()
         assert self._server is not None
         self._server.close()
-        await self._server.wait_closed()
+        await self._on_gate(self._server.wait_closed())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.to_thread(self._thread.join, 5)
+        self._loop.close()
 
     def shut(self) -> None:
         self.is_open = False
-        for writer in list(self._pipes):
-            writer.transport.abort()
-        self._pipes.clear()
+        self._loop.call_soon_threadsafe(self._cut)
 
     def open(self) -> None:
         self.is_open = True
+
+    async def _on_gate(self, work: Coroutine[Any, Any, _T]) -> _T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    def _cut(self) -> None:
+        for writer in list(self._pipes):
+            writer.transport.abort()
+        self._pipes.clear()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.is_open:
