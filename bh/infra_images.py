@@ -67,7 +67,8 @@ def root_tag(name: str) -> str:
 async def build_infra_images(
     names: Sequence[str] = NAMES, *, docker_host: str | None = None, say: Say = print
 ) -> dict[str, BuiltImage]:
-    """Build (or find up to date) the images ``names``; tag -> image."""
+    """Build (or find up to date) the images ``names``, and the service image they
+    need first; tag -> image."""
     unknown = sorted(set(names) - set(NAMES))
     if unknown:
         raise NotFound(f"no infrastructure recipe named {', '.join(unknown)}; known: {NAMES}")
@@ -79,9 +80,10 @@ async def build_infra_images(
         docker.DockerClient, base_url=docker_host or os.environ.get("DOCKER_HOST") or None
     )
     try:
-        built = {}
+        built = {service.tag: service}
         for name in names:
-            arguments = {"BASE": base.tag, "SERVICE": service.tag}
+            # by id: another build on this engine may retag them meanwhile
+            arguments = {"BASE": base.image_id, "SERVICE": service.image_id}
             if (RECIPES / name / "packages").exists():
                 root = await asyncio.to_thread(_root, client, name, say)
                 arguments["ROOT"] = root.tag

@@ -105,10 +105,10 @@ class Deployment:
             await asyncio.sleep(1)
 
     def address(self, container: Any) -> str | None:
-        """The container's address on the deployment's network (None: none now)."""
+        """The container's address on the network of the services outside (None)."""
         container.reload()
         networks = container.attrs["NetworkSettings"]["Networks"]
-        found = networks.get(self.env["BH_DEPLOY_NETWORK"]) or {}
+        found = networks.get(self.env["BH_OUTSIDE_NETWORK"]) or {}
         return found.get("IPAddress") or None
 
     def save_logs(self) -> None:
@@ -123,29 +123,53 @@ class Deployment:
 
     # -- what the run adds around compose -------------------------------------------------
 
-    def make_network(self) -> str:
-        """The deployment's network, made before ``up`` so that the test's relays can
-        listen on its gateway address first; the gateway."""
-        network = self.client.networks.create(self.env["BH_DEPLOY_NETWORK"], driver="bridge")
-        network.reload()
-        return str(network.attrs["IPAM"]["Config"][0]["Gateway"])
+    def make_networks(self) -> str:
+        """The deployment's network and the one its Brains reach the services outside it
+        on, made before ``up`` so that the test's relays listen first: that one's gateway
+        address."""
+        self.client.networks.create(self.env["BH_DEPLOY_NETWORK"], driver="bridge")
+        outside = self.client.networks.create(self.env["BH_OUTSIDE_NETWORK"], driver="bridge")
+        outside.reload()
+        return str(outside.attrs["IPAM"]["Config"][0]["Gateway"])
 
-    async def clean(self) -> None:
+    async def clean(self) -> list[str]:
         """What compose does not remove: the run's network, its egress network with the
-        bridge firewall's chain, and the sandbox containers its Hands started."""
+        bridge firewall's chain, and the sandbox containers its Hands started; what
+        could not be removed, said (an engine that keeps a stale endpoint refuses to
+        remove an empty network)."""
         owner = self.env["BH_HANDS_OWNER"]
+        egress = self.env["BH_EGRESS_NETWORK"]
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_OWNER}={owner}"}
         ):
             with contextlib.suppress(docker.errors.APIError):
+                self.client.networks.get(egress).disconnect(container, force=True)
+            with contextlib.suppress(docker.errors.APIError):
                 container.remove(force=True)
-        for name in (self.env["BH_EGRESS_NETWORK"], self.env["BH_DEPLOY_NETWORK"]):
+        left = []
+        for name in (egress, self.env["BH_DEPLOY_NETWORK"], self.env["BH_OUTSIDE_NETWORK"]):
             with contextlib.suppress(docker.errors.NotFound):
                 network = self.client.networks.get(name)
                 bridge = f"br-{network.id[:12]}"
                 with contextlib.suppress(Exception):
                     await BridgeFirewall(interface=bridge, address="0.0.0.0", port=1).remove()
-                network.remove()
+                if not await _removed(network):
+                    left.append(f"network {name} (the engine still counts an endpoint on it)")
+        return left
+
+
+async def _removed(network: Any, tries: int = 10) -> bool:
+    """Remove ``network``, retrying while the engine still counts a container just
+    removed as attached to it; whether it is gone."""
+    for _ in range(tries):
+        try:
+            network.remove()
+            return True
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError:
+            await asyncio.sleep(1)
+    return False
 
 
 def _last_check(container: Any) -> str:

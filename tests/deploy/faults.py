@@ -5,10 +5,12 @@ hit (for the run's schedule, as ``bh chaos`` prints it).
 - ``kill_brain_mid_tool``: ``docker kill`` the Brain inside an email send (found through
   the email relay: the client port the service saw, the container behind it);
 - ``kill_hands_mid_run``: ``docker kill`` a Hands while a sandboxed run is in flight;
-- ``partition_brain``: ``docker network disconnect`` a Brain (from Redis, the store and
-  NATS) past its lease, then reconnect it;
-- ``partition_hands``: drop the Hands' NATS traffic (they live in the host's network
-  namespace: an iptables rule on the published NATS port) mid-run, then heal;
+- ``partition_brain``: ``docker network disconnect`` a Brain from the deployment's
+  network (Redis, the store, NATS; the model and email service stay reachable) past its
+  lease, then reconnect it;
+- ``partition_hands``: drop the Hands' NATS traffic mid-run, then heal: they live in the
+  host's network namespace, so it is an iptables rule on the NATS port published on
+  the host's loopback, which cuts every Hands (and the Hands API) of this host;
 - ``stop_nats_node``: stop one NATS server (the streams are R3), start it again;
 - ``restart``: Redis (its data lost: no persistence) or the S3 server (data kept);
 - ``rolling_restart``: every Brain in turn, SIGTERM (leases handed back), then started.
@@ -21,6 +23,7 @@ orchestrator acting on readiness would do — so the rest of the run still count
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -32,12 +35,14 @@ from hands.sandbox import LABEL_OWNER
 from tests.deploy.deployment import Deployment
 from tests.deploy.relay import Relay
 
-#: the Brains' lease (compose.test.yaml: --lease-seconds 2); a partition lasts past it
-LEASE_SECONDS = 2.0
+#: the Brains' lease (compose.test.yaml: --lease-seconds 5); a partition lasts past it
+LEASE_SECONDS = 5.0
+#: how long a Brain has to exit after SIGTERM (compose.yaml's stop_grace_period)
+GRACE = 30
 #: how long a fault waits for the moment it wants (a send, a run) before hitting anyway
 WITHIN = 20.0
 #: how long every service has to be ready again after a fault
-RECOVERY = 60.0
+RECOVERY = 30.0
 SERVICES = ("scheduler-1", "scheduler-2", "session-api", "hands-api", "brain", "hands")
 
 
@@ -60,11 +65,14 @@ class Faults:
 
     async def recovered(self, fault: str) -> None:
         for service in SERVICES:
-            for container, said in await self.deployment.unready(service, RECOVERY):
+            unready = await self.deployment.unready(service, RECOVERY)
+            for container, said in unready:
                 self.violations.append(
                     f"{container.name} not ready {RECOVERY:.0f} s after {fault}: {said}"
                 )
+                print(f"VIOLATION {self.violations[-1]} (restarting it)", flush=True)
                 await asyncio.to_thread(container.restart, timeout=30)
+            if unready:
                 await self.deployment.healthy(service, len(self.deployment.containers(service)))
 
     # -- scale ---------------------------------------------------------------------------
@@ -84,7 +92,7 @@ class Faults:
 
     async def kill_hands_mid_run(self) -> str:
         running = await self._until(self._runs)
-        hands = self.deployment.containers("hands")[0]
+        hands = random.choice(self.deployment.containers("hands"))
         await asyncio.to_thread(hands.kill)
         await self._restarted(hands, "hands")
         return f"{hands.name} ({f'{running} runs in flight' if running else 'no run seen'})"
@@ -104,10 +112,10 @@ class Faults:
         brain, why = await self._brain_in_send()
         network = self.deployment.client.networks.get(self.deployment.env["BH_DEPLOY_NETWORK"])
         await asyncio.to_thread(network.disconnect, brain)
-        await asyncio.sleep(LEASE_SECONDS * 4)  # past its lease: another Brain takes over
+        await asyncio.sleep(LEASE_SECONDS * 3)  # past its lease: another Brain takes over
         await asyncio.to_thread(network.connect, brain, aliases=["brain"])
         await self.deployment.healthy("brain", len(self.deployment.containers("brain")))
-        return f"{brain.name} ({why}) cut off for {LEASE_SECONDS * 4:.0f} s"
+        return f"{brain.name} ({why}) cut off for {LEASE_SECONDS * 3:.0f} s"
 
     async def partition_hands(self) -> str:
         running = await self._until(self._runs)
@@ -143,15 +151,27 @@ class Faults:
         return str(container.name)
 
     async def rolling_restart(self, service: str = "brain") -> str:
-        names = []
+        """Each in turn: SIGTERM, which must end it within the grace period (its
+        leases handed back; a SIGKILL at the end of the grace is a violation), then
+        started again and healthy before the next."""
+        said = []
         count = len(self.deployment.containers(service))
         self.deployment.save_logs()
         for container in self.deployment.containers(service):
-            await asyncio.to_thread(container.stop, timeout=30)  # SIGTERM: leases back
+            began = time.monotonic()
+            await asyncio.to_thread(container.stop, timeout=GRACE)  # SIGTERM, then SIGKILL
+            took = time.monotonic() - began
+            container.reload()
+            code = container.attrs["State"]["ExitCode"]
+            said.append(f"{container.name} exit {code} in {took:.0f} s")
+            if code != 0:
+                self.violations.append(
+                    f"{container.name} did not exit by itself {GRACE} s after SIGTERM "
+                    f"(exit {code}): its leases were not handed back"
+                )
             await asyncio.to_thread(container.start)
             await self.deployment.healthy(service, count)
-            names.append(container.name)
-        return ", ".join(names)
+        return ", ".join(said)
 
     # -- moments -------------------------------------------------------------------------
 

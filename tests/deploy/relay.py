@@ -1,9 +1,9 @@
-"""A TCP relay from the deployment's network to a server of the test process.
+"""A TCP relay from the Brains' network of outside services to a server of the test.
 
 The scripted model and the email service (``bh.chaos_services``) listen on this host's
 loopback; the Brains, in containers, reach them through a relay listening on the
-deployment network's gateway address (a host address, reachable from the containers
-and from nothing outside this machine). The relay remembers which container each
+gateway address of a network of their own (a host address, reachable from the
+containers and from nothing outside this machine). The relay remembers which container each
 relayed connection came from, by the local port of its connection onward: so a fault
 can find the Brain inside an email send from the client port the service saw.
 """

@@ -27,9 +27,11 @@ import shutil
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker  # type: ignore[import-untyped]
 import httpx
 import pytest
 
@@ -43,6 +45,7 @@ from bh.deploy_secrets import SERVICE_GID
 from bh.deploy_secrets import ensure as ensure_secrets
 from bh.granted_tool import destination, write_credentials
 from bh.infra_images import build_infra_images
+from bh.service_image import SERVICE_REPOSITORY
 from hands.images import build_images, tool_tag
 from session_store import SessionStore, open_store
 from tests.deploy.deployment import Deployment
@@ -55,7 +58,7 @@ SESSIONS = int(os.environ.get("BH_DEPLOY_SESSIONS", "50"))
 ROUNDS = int(os.environ.get("BH_DEPLOY_ROUNDS", "1"))
 SEED = int(os.environ.get("BH_DEPLOY_SEED", "1"))
 #: seconds between two submissions (the workload spreads over the faults)
-SPREAD = float(os.environ.get("BH_DEPLOY_SPREAD", "1.5"))
+SPREAD = float(os.environ.get("BH_DEPLOY_SPREAD", "2.0"))
 #: how long the sessions may take to settle once the faults are over
 SETTLE = 240.0
 
@@ -69,19 +72,32 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def images() -> None:
-    """The service, infrastructure and ``count`` images, built here (cached)."""
+def images() -> Iterator[str]:
+    """The service, infrastructure and ``count`` images, built here (cached); the
+    service image's version under a tag of this run's own (other builds on this engine
+    retag ``brainhands/service:<version>`` meanwhile)."""
     require_docker()
     if shutil.which("docker-compose") is None:
         missing("docker-compose is not installed (scripts/install: apt-get install it)")
     if os.geteuid() != 0:
         missing("the deploy test runs as root (it builds root images, reads 0440 secrets)")
-    asyncio.run(build_infra_images(say=lambda _: None))
+    started = time.monotonic()
+    built = asyncio.run(build_infra_images(say=lambda _: None))
     asyncio.run(build_images(names=["count"]))
+    print(f"deploy run: images built or found in {time.monotonic() - started:.0f} s")
+    service = next(image for tag, image in built.items() if tag.startswith(SERVICE_REPOSITORY))
+    version = f"deploy-{uuid.uuid4().hex[:8]}"
+    client = docker.from_env()
+    client.images.get(service.image_id).tag(SERVICE_REPOSITORY, version)
+    try:
+        yield version
+    finally:
+        client.images.remove(f"{SERVICE_REPOSITORY}:{version}")
+        client.close()
 
 
 async def test_the_compose_deployment_keeps_every_invariant_under_scaling_and_faults(
-    images: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    images: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started = time.monotonic()
     project = f"bhd{uuid.uuid4().hex[:8]}"
@@ -91,7 +107,8 @@ async def test_the_compose_deployment_keeps_every_invariant_under_scaling_and_fa
     async with chaos_services() as services:
         deployment = Deployment(project, {}, tmp_path)
         deployment.env = _compose_env(deployment, services, secrets, (s3, nats, api, hands_api))
-        gateway = await asyncio.to_thread(deployment.make_network)
+        deployment.env["BH_VERSION"] = images
+        gateway = await asyncio.to_thread(deployment.make_networks)
         try:
             async with (
                 relaying(gateway, services.model_url) as (model_url, _),
@@ -104,7 +121,8 @@ async def test_the_compose_deployment_keeps_every_invariant_under_scaling_and_fa
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(deployment.down)
-            await deployment.clean()
+            for left in await deployment.clean():
+                print(f"deploy run: left behind: {left}")
     show(report)
     assert report.ok, "\n".join(report.violations)
     assert report.submitted == SESSIONS
@@ -124,6 +142,7 @@ async def _run(
     for service, count in (("brain", 2), ("hands", 1), ("session-api", 1), ("hands-api", 1)):
         await deployment.healthy(service, count, within=240)
     came_up = time.monotonic() - up
+    print(f"deploy run: images ready after {up - started:.0f} s, up in {came_up:.0f} s", flush=True)
     store = await _store(deployment, monkeypatch)
     api = f"http://127.0.0.1:{deployment.env['BH_SESSION_API_PUBLISH'].rsplit(':', 1)[1]}"
     token = _admin_token(deployment.env["BH_SECRETS"], "session-api.tokens")
@@ -160,21 +179,21 @@ async def _run(
 
 
 async def _faults(faults: Faults) -> None:
-    """Every fault once, in order of value, with the workload running."""
+    """Every fault once, with the workload running: the ones that need work in flight
+    (a run, an email send) first, while the sessions are young."""
     await asyncio.sleep(5)
     await faults.run("scale", lambda: faults.scale("brain", 4))
     await faults.run("scale", lambda: faults.scale("hands", 3))
+    await faults.run("kill_hands_mid_run", faults.kill_hands_mid_run)
     await faults.run("kill_brain_mid_tool", faults.kill_brain_mid_tool)
+    await faults.run("partition_hands", faults.partition_hands)
     await faults.run("partition_brain", faults.partition_brain)
     await faults.run("stop_nats_node", faults.stop_nats_node)
+    await faults.run("rolling_restart_brains", faults.rolling_restart)
     await faults.run("restart_redis", lambda: faults.restart("redis"))
     await faults.run("restart_s3", lambda: faults.restart("s3"))
-    await faults.run("rolling_restart_brains", faults.rolling_restart)
     await faults.run("scale", lambda: faults.scale("hands", 1))
-    await faults.run("kill_hands_mid_run", faults.kill_hands_mid_run)
-    await faults.run("partition_hands", faults.partition_hands)
     await faults.run("scale", lambda: faults.scale("brain", 1))
-    await faults.run("scale", lambda: faults.scale("brain", 2))  # the next round's start
 
 
 async def _submit_all(api: str, token: str, report: ChaosReport) -> None:
@@ -226,6 +245,7 @@ def _compose_env(
         "BH_MODEL_API_KEY": services.model_token,
         "BH_EMAIL_SERVICE_TOKEN": services.email_token,
         "BH_DEPLOY_NETWORK": f"{project}-net",
+        "BH_OUTSIDE_NETWORK": f"{project}-outside",
         "BH_EGRESS_NETWORK": f"{project}-egress",
         "BH_HANDS_OWNER": project,
     }
