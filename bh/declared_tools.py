@@ -15,7 +15,7 @@ decides, ``session_store.catalog``); a grant other than the declared one is chan
 it, recorded as a revision by ``bh init`` with the file as the reason (so a grant given
 by hand with ``bh tools grant`` is reverted by the next init: change the file instead).
 Config is part of a version: a declared config other than the one on record is refused
-before anything is written.
+before anything is written (``hands.api.registration``, which registering goes through).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from contracts import InvalidInput
+from contracts import AlreadyExists, InvalidInput
 from contracts.model import Frozen
 from contracts.tool import NetworkPolicy, ToolDefinition
+from hands.api.registration import register_request
 from hands.api.views import RegisterRequest, checked
 from hands.labels import ToolCaps
-from hands.registry import image_definition
 from hands.sandbox import Sandbox
 from session_store import SessionStore
 
@@ -89,27 +89,24 @@ async def apply_declared(
     caps: ToolCaps | None = None,
 ) -> Applied:
     """Bring the catalog to ``entry`` (see the module's docstring)."""
-    offered = await image_definition(
-        sandbox,
-        entry.image,
-        allow=entry.allow,
-        config=entry.config,
-        registered_by=entry.registered_by,
-        caps=caps,
-    )
-    current = await store.tools.get(offered.name, offered.version)
-    if current is not None and current.config != offered.config:
-        raise InvalidInput(
-            f"tool {current.ref} is registered with another config than {entry.image} "
-            "declares; config is part of a version: declare a new version (its "
-            "io.brainhands.tool.version label)",
-            tool=current.ref,
-        )
-    stored, change = await store.tools.registration(offered)
+    changes = []
+    try:
+        stored, created = await register_request(store, sandbox, entry, caps=caps)
+    except AlreadyExists as error:
+        if error.details.get("differs") != ["allow"]:
+            raise  # another config: a new version, not a change of this one
+        changes.append(await _grant(store, str(error.details["tool"]), entry, reason))
+        stored, created = await register_request(store, sandbox, entry, caps=caps)
+    if stored.network.allow != tuple(entry.allow):  # declaring none revokes them too
+        changes.append(await _grant(store, stored.ref, entry, reason))
+        stored = await store.tools.get(stored.name, stored.version) or stored
+    if created:
+        changes.append("registered" if stored.revision == 1 else "rebuilt")
+    return Applied(", ".join(changes) or "unchanged", stored)
+
+
+async def _grant(store: SessionStore, ref: str, entry: RegisterRequest, reason: str) -> str:
+    name, _, version = ref.rpartition("@")
     wanted = NetworkPolicy(allow=tuple(entry.allow))
-    if stored.network == wanted:
-        return Applied(change.value if change is not None else "unchanged", stored)
-    revision, _ = await store.tools.grant(
-        stored.name, stored.version, wanted, by=REGISTERED_BY, reason=reason
-    )
-    return Applied("granted", revision.definition)
+    await store.tools.grant(name, int(version), wanted, by=REGISTERED_BY, reason=reason)
+    return "granted"

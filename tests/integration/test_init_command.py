@@ -76,7 +76,7 @@ def test_init_puts_everything_in_place_and_a_second_run_changes_nothing(
     assert asyncio.run(_replicas(environment)) == [1, 1]
 
 
-def test_a_changed_grant_is_applied_as_a_revision_by_init(
+def test_the_declared_grant_is_applied_as_a_revision_and_another_config_refused(
     environment: dict[str, str], tmp_path: Path
 ) -> None:
     first = bh_init("--tools", str(declare(tmp_path / "a.toml", "a.internal:80")), env=environment)
@@ -88,6 +88,22 @@ def test_a_changed_grant_is_applied_as_a_revision_by_init(
     )
     history = asyncio.run(_history(environment["BH_STORE_URL"]))
     assert history[-1] == ("grant", "bh init", f"declared in {tmp_path / 'b.toml'}")
+    none = tmp_path / "none.toml"
+    none.write_text(
+        f'[[tools]]\nimage = "{tool_tag("count")}"\n'
+        'config = { LEDGER_URL = "http://ledger.internal:8030" }\n'
+    )
+    revoked = bh_init("--tools", str(none), env=environment)
+    assert f"tool count@1: granted (revision 3, {tool_tag('count')}, allows no network)" in (
+        revoked.stdout
+    )
+    other = tmp_path / "other.toml"
+    other.write_text(f'[[tools]]\nimage = "{tool_tag("count")}"\nconfig = {{ LEDGER_URL = "x" }}\n')
+    refused = bh_init("--tools", str(other), env=environment)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("bh init: tools: already_exists: tool count@1 is already ")
+    assert "another config" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert len(asyncio.run(_history(environment["BH_STORE_URL"]))) == 3  # nothing written
 
 
 def test_what_cannot_be_put_in_place_is_one_line_and_status_2(
