@@ -217,10 +217,15 @@ class Bus:
         return await self.nc.subscribe(subject, cb=handler)
 
     async def check(self) -> None:
-        """Raise unless the server answers a round trip now (a readiness check)."""
+        """Raise unless JetStream answers a request now (a readiness check). A request,
+        not ``flush``: a flush given up (its timeout, or the probe's) leaves its PONG
+        future cancelled in nats-py's queue, and the late PONG's ``set_result`` on it
+        (``InvalidStateError``) broke the connection's reader — seen in every Hands of
+        the compose deployment after a NATS partition. A request's reply slot is dropped
+        with its future."""
         if not self.nc.is_connected:
             raise ConnectionError("not connected to NATS")
-        await self.nc.flush(timeout=1)
+        await self.js.account_info()
 
     async def close(self) -> None:
         try:

@@ -4,9 +4,10 @@ of its servers (Redis, NATS, the store) without touching the server.
 ``async with TcpGate(host, port) as gate:`` listens on ``gate.port`` and forwards each
 connection to the target; ``gate.shut()`` cuts every open connection and refuses new
 ones (they are accepted and closed at once, as a dead peer would look), ``gate.open()``
-lets them through again. The gate runs on an event loop in a thread of its own, so a
-client that blocks the test's loop (a synchronous Redis call made on it) still gets
-through.
+lets them through again. ``gate.stall()`` keeps the connections but passes no byte (a
+peer that went silent: packets dropped, no reset) until ``open()``. The gate runs on
+an event loop in a thread of its own, so a client that blocks the test's loop (a
+synchronous Redis call made on it) still gets through.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class TcpGate:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.StreamWriter] = set()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     async def __aenter__(self) -> TcpGate:
         self._thread.start()
@@ -57,9 +60,23 @@ class TcpGate:
 
     def open(self) -> None:
         self.is_open = True
+        self._flowing.set()
+
+    def stall(self) -> None:
+        self._flowing.clear()
 
     async def _on_gate(self, work: Coroutine[Any, Any, _T]) -> _T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await source.read(65536):
+                # stalled: hold the bytes back (a thread's event: polled, not awaited)
+                while not self._flowing.is_set():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+                sink.write(data)
+                await sink.drain()
+        sink.transport.abort()
 
     def _cut(self) -> None:
         for writer in list(self._pipes):
@@ -78,15 +95,9 @@ class TcpGate:
         self._pipes.update({writer, upstream_writer})
         # the loop's teardown cancels a pipe still open at the end: that ends it too
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(_pump(reader, upstream_writer), _pump(upstream_reader, writer))
+            await asyncio.gather(
+                self._pump(reader, upstream_writer), self._pump(upstream_reader, writer)
+            )
         for end in (writer, upstream_writer):
             self._pipes.discard(end)
             end.transport.abort()
-
-
-async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while data := await source.read(65536):
-            sink.write(data)
-            await sink.drain()
-    sink.transport.abort()
