@@ -40,9 +40,9 @@ LEASE_SECONDS = 5.0
 #: how long a Brain has to exit after SIGTERM (compose.yaml's stop_grace_period)
 GRACE = 30
 #: how long a fault waits for the moment it wants (a send, a run) before hitting anyway
-WITHIN = 20.0
+WITHIN = 12.0
 #: how long every service has to be ready again after a fault
-RECOVERY = 30.0
+RECOVERY = 20.0
 SERVICES = ("scheduler-1", "scheduler-2", "session-api", "hands-api", "brain", "hands")
 
 
