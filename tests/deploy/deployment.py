@@ -69,7 +69,7 @@ class Deployment:
     async def scale(self, service: str, count: int) -> None:
         """``--scale``: new containers started, extra ones stopped (SIGTERM) and removed;
         back when ``count`` containers are healthy."""
-        self.save_logs()  # a removed container takes its log with it
+        await asyncio.to_thread(self.save_logs)  # a removed container takes its log with it
         arguments = ("up", "-d", "--no-deps", "--no-recreate", "--scale", f"{service}={count}")
         await asyncio.to_thread(self.compose, *arguments, service)
         await self.healthy(service, count)
@@ -80,6 +80,11 @@ class Deployment:
 
     # -- containers ----------------------------------------------------------------------
 
+    async def found(self, service: str) -> list[Any]:
+        """``containers``, off the event loop: the test's loop also serves the model and
+        the email service, which must not wait for the engine's answers."""
+        return await asyncio.to_thread(self.containers, service)
+
     def containers(self, service: str, *, running: bool = True) -> list[Any]:
         labels = [f"{_PROJECT}={self.project}", f"{_SERVICE}={service}"]
         found = self.client.containers.list(all=not running, filters={"label": labels})
@@ -88,7 +93,7 @@ class Deployment:
     async def healthy(self, service: str, count: int, within: float = 120) -> None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            states = [_health(c) for c in self.containers(service)]
+            states = await asyncio.to_thread(self._states, service)
             if len(states) == count and all(state == "healthy" for state in states):
                 return
             await asyncio.sleep(1)
@@ -99,17 +104,31 @@ class Deployment:
         what its last healthcheck said."""
         deadline = time.monotonic() + within
         while True:
-            found = [c for c in self.containers(service) if _health(c) != "healthy"]
+            found = await asyncio.to_thread(self._unhealthy, service)
             if not found or time.monotonic() > deadline:
-                return [(c, _last_check(c)) for c in found]
+                return found
             await asyncio.sleep(1)
 
-    def address(self, container: Any) -> str | None:
-        """The container's address on the network of the services outside (None)."""
-        container.reload()
-        networks = container.attrs["NetworkSettings"]["Networks"]
-        found = networks.get(self.env["BH_OUTSIDE_NETWORK"]) or {}
-        return found.get("IPAddress") or None
+    def _states(self, service: str) -> list[str]:
+        return [_health(c) for c in self.containers(service)]
+
+    def _unhealthy(self, service: str) -> list[tuple[Any, str]]:
+        return [(c, _last_check(c)) for c in self.containers(service) if _health(c) != "healthy"]
+
+    async def addresses(self, containers: list[Any]) -> dict[str, Any]:
+        """Each container by its address on the network of the services outside."""
+
+        def read() -> dict[str, Any]:
+            found = {}
+            for container in containers:
+                container.reload()
+                networks = container.attrs["NetworkSettings"]["Networks"]
+                address = (networks.get(self.env["BH_OUTSIDE_NETWORK"]) or {}).get("IPAddress")
+                if address:
+                    found[address] = container
+            return found
+
+        return await asyncio.to_thread(read)
 
     def save_logs(self) -> None:
         """Each container's log (so far) in ``work``, as ``<service>-<id>.log``."""

@@ -73,12 +73,12 @@ class Faults:
                 print(f"VIOLATION {self.violations[-1]} (restarting it)", flush=True)
                 await asyncio.to_thread(container.restart, timeout=30)
             if unready:
-                await self.deployment.healthy(service, len(self.deployment.containers(service)))
+                await self.deployment.healthy(service, len(await self.deployment.found(service)))
 
     # -- scale ---------------------------------------------------------------------------
 
     async def scale(self, service: str, count: int) -> str:
-        before = len(self.deployment.containers(service))
+        before = len(await self.deployment.found(service))
         await self.deployment.scale(service, count)
         return f"{service} {before} -> {count}"
 
@@ -92,7 +92,7 @@ class Faults:
 
     async def kill_hands_mid_run(self) -> str:
         running = await self._until(self._runs)
-        hands = random.choice(self.deployment.containers("hands"))
+        hands = random.choice(await self.deployment.found("hands"))
         await asyncio.to_thread(hands.kill)
         await self._restarted(hands, "hands")
         return f"{hands.name} ({f'{running} runs in flight' if running else 'no run seen'})"
@@ -100,10 +100,10 @@ class Faults:
     async def _restarted(self, container: Any, service: str) -> None:
         """The restart policy brings a killed container back; start it if not."""
         await asyncio.sleep(2)
-        container.reload()
+        await asyncio.to_thread(container.reload)
         if container.status != "running":
             await asyncio.to_thread(container.start)
-        count = len(self.deployment.containers(service))
+        count = len(await self.deployment.found(service))
         await self.deployment.healthy(service, count)
 
     # -- partitions ----------------------------------------------------------------------
@@ -114,7 +114,7 @@ class Faults:
         await asyncio.to_thread(network.disconnect, brain)
         await asyncio.sleep(LEASE_SECONDS * 3)  # past its lease: another Brain takes over
         await asyncio.to_thread(network.connect, brain, aliases=["brain"])
-        await self.deployment.healthy("brain", len(self.deployment.containers("brain")))
+        await self.deployment.healthy("brain", len(await self.deployment.found("brain")))
         return f"{brain.name} ({why}) cut off for {LEASE_SECONDS * 3:.0f} s"
 
     async def partition_hands(self) -> str:
@@ -131,13 +131,13 @@ class Faults:
         finally:
             for rule in rules:
                 _iptables("-D", *rule)
-        await self.deployment.healthy("hands", len(self.deployment.containers("hands")))
+        await self.deployment.healthy("hands", len(await self.deployment.found("hands")))
         return f"the Hands' NATS port {port} dropped for 12 s ({running} runs in flight)"
 
     # -- infrastructure ------------------------------------------------------------------
 
     async def stop_nats_node(self, name: str = "nats-1") -> str:
-        node = self.deployment.containers(name)[0]
+        node = (await self.deployment.found(name))[0]
         await asyncio.to_thread(node.stop, timeout=10)
         await asyncio.sleep(10)  # the streams keep working on the two others (R3)
         await asyncio.to_thread(node.start)
@@ -145,7 +145,7 @@ class Faults:
         return f"{node.name} stopped for 10 s"
 
     async def restart(self, service: str) -> str:
-        container = self.deployment.containers(service)[0]
+        container = (await self.deployment.found(service))[0]
         await asyncio.to_thread(container.restart, timeout=30)
         await self.deployment.healthy(service, 1, within=180)
         return str(container.name)
@@ -155,13 +155,13 @@ class Faults:
         leases handed back; a SIGKILL at the end of the grace is a violation), then
         started again and healthy before the next."""
         said = []
-        count = len(self.deployment.containers(service))
-        self.deployment.save_logs()
-        for container in self.deployment.containers(service):
+        count = len(await self.deployment.found(service))
+        await asyncio.to_thread(self.deployment.save_logs)
+        for container in await self.deployment.found(service):
             began = time.monotonic()
             await asyncio.to_thread(container.stop, timeout=GRACE)  # SIGTERM, then SIGKILL
             took = time.monotonic() - began
-            container.reload()
+            await asyncio.to_thread(container.reload)
             code = container.attrs["State"]["ExitCode"]
             said.append(f"{container.name} exit {code} in {took:.0f} s")
             if code != 0:
@@ -177,14 +177,14 @@ class Faults:
 
     async def _brain_in_send(self) -> tuple[Any, str]:
         """A Brain inside an email send, or (after ``WITHIN``) the first Brain."""
-        brains = self.deployment.containers("brain")
+        brains = await self.deployment.found("brain")
+        by_address = await self.deployment.addresses(brains)
         deadline = time.monotonic() + WITHIN
         while time.monotonic() < deadline:
             for port, request_id in self.services.email.calls(EMAIL_SEND):
-                address = self.email_relay.peers.get(port)
-                for brain in brains:
-                    if address is not None and self.deployment.address(brain) == address:
-                        return brain, f"in {EMAIL_SEND} {request_id}".rstrip()
+                brain = by_address.get(self.email_relay.peers.get(port, ""))
+                if brain is not None:
+                    return brain, f"in {EMAIL_SEND} {request_id}".rstrip()
             await asyncio.sleep(0.05)
         return brains[0], f"nothing in {EMAIL_SEND} for {WITHIN:.0f} s: hit anyway"
 

@@ -155,7 +155,7 @@ async def _run(
         faulted = time.monotonic()
         await _settle(store, SESSIONS)
         settled = time.monotonic() - faulted
-        deployment.save_logs()
+        await asyncio.to_thread(deployment.save_logs)
         report.schedule = faults.schedule
         report.violations += faults.violations
         report.fenced_refusals = await asyncio.to_thread(fenced_in_logs, deployment.work)
