@@ -328,7 +328,10 @@ class Executor:
     ) -> OperationResult | None:
         """Our own attempt ended with its outcome unknown (``why``): decide again."""
         current = await self.store.get_operation(record.operation_id) or record
-        evidence = Evidence(record=current, attempt_over=True, now=self.clock())
+        found = await self.store.get_operation_result(record.operation_id)
+        evidence = Evidence(
+            record=current, has_result=found is not None, attempt_over=True, now=self.clock()
+        )
         decision = decide(evidence, Policy.of(definition), self.lifecycle)
         decision = decision.model_copy(update={"why": f"{why}; {decision.why}"})
         return await self._act(decision, current, definition)
@@ -351,7 +354,7 @@ class Executor:
         if step is Step.RECONNECT:
             claimed = await self._claim(record, definition, new_attempt=False)
             self.crash.reached("hands:claimed")
-            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
+            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN, collect=True)
             return await self._finish(claimed, definition, outcome, "executed")
         if step is Step.VERIFY:
             claimed = await self._claim(record, definition, new_attempt=False)
@@ -428,8 +431,18 @@ class Executor:
             ) from error
 
     async def _sandboxed(
-        self, record: Operation, definition: ToolDefinition, mode: DispatchMode
+        self,
+        record: Operation,
+        definition: ToolDefinition,
+        mode: DispatchMode,
+        *,
+        collect: bool = False,
     ) -> RunOutcome:
+        """Run (or, with ``collect``, only collect: never start) the operation's run."""
+        deadline = record.deadline if mode is DispatchMode.RUN else None
+        if deadline is None:  # a query: its own timeout, started now
+            deadline = self.clock() + timedelta(seconds=definition.timeout_s)
+            deadline += self.lifecycle.start_allowance
         spec = RunSpec(
             operation_id=record.operation_id,
             session_id=record.session_id,
@@ -437,6 +450,8 @@ class Executor:
             args=record.args,
             mode=mode,
             executor=self.executor_id,
+            deadline=deadline,
+            collect_only=collect,
         )
         self.crash.reached(f"hands:before_start:{mode.value}")
         watch = (
@@ -503,11 +518,20 @@ class Executor:
         self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
     ) -> OperationResult | None:
         current = await self.store.get_operation(record.operation_id) or record
+        existing = await self.store.get_operation_result(record.operation_id)
+        if existing is not None:  # another Hands collected it first: its result stands
+            await self._close(current, existing, None)
+            return existing
         if current.status.is_final:
-            return await self.store.get_operation_result(record.operation_id)
+            return None
         interrupted = outcome.termination is Termination.INTERRUPTED
-        unknown = interrupted or (
-            outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN
+        # removed under us with no cancellation recorded (another Hands' reaper took it
+        # for overdue, an operator): whether its action happened is unknown
+        vanished = outcome.termination is Termination.CANCELLED and not current.cancel
+        unknown = (
+            interrupted
+            or vanished
+            or (outcome.termination is Termination.EXITED and outcome.exit_code == EXIT_UNKNOWN)
         )
         if current.cancel and (unknown or outcome.termination is Termination.CANCELLED):
             await self.sandbox.remove(record.operation_id)
@@ -521,7 +545,7 @@ class Executor:
             await self.sandbox.remove(record.operation_id)
             said = outcome.output.get("error") if isinstance(outcome.output, dict) else None
             why = f"attempt {record.attempts} reported its outcome unknown ({said or 'exit 75'})"
-            if interrupted:
+            if interrupted or vanished:
                 why = f"attempt {record.attempts} was {outcome.detail}; its outcome is unknown"
             return await self._recover(record, definition, why)
         result = await self._result(record, outcome, path)
@@ -578,14 +602,20 @@ class Executor:
         status = _STATUS_OF.get(result.termination or "") or (
             OperationStatus.SUCCEEDED if result.succeeded else OperationStatus.FAILED
         )
-        current = await self.store.get_operation(record.operation_id) or record
-        if current.status.is_final:
-            return
-        extra: dict[str, Any] = {}
-        if current.status is OperationStatus.UNCERTAIN:
-            extra = {"decided_by": self.executor_id, "decision": decision or "result found"}
-        with contextlib.suppress(ConflictError, InvalidTransition):
-            await self.store.transition_operation(current, status, **extra)
+        for _ in range(5):  # a revision written meanwhile (a claim, a cancel): re-read
+            current = await self.store.get_operation(record.operation_id) or record
+            if current.status.is_final:
+                return
+            extra: dict[str, Any] = {}
+            if current.status is OperationStatus.UNCERTAIN:
+                extra = {"decided_by": self.executor_id, "decision": decision or "result found"}
+            try:
+                await self.store.transition_operation(current, status, **extra)
+                return
+            except InvalidTransition:
+                return
+            except ConflictError:
+                continue
 
     async def _announce(self, result: OperationResult) -> None:
         event = ResultEvent(
@@ -639,7 +669,9 @@ class Executor:
             if record.cancel is None:
                 return True  # overdue: the next delivery finds no container and recovers
         definition = await self._definition(record.tool, record.tool_version)
-        outcome = await self._sandboxed(record, definition, DispatchMode.RUN)
+        outcome = await self._sandboxed(record, definition, DispatchMode.RUN, collect=True)
+        if outcome.absent:
+            return False  # collected by its own Hands meanwhile (or killed): nothing here
         await self._finish(record, definition, outcome, "executed")
         return True
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -69,6 +69,17 @@ class RunSpec(Frozen):
     mode: DispatchMode = DispatchMode.RUN
     #: who runs it; written in the container's labels for the reaper and operators
     executor: str = ""
+    #: after when the run is overdue (its executor's claim): written in its labels, so
+    #: another Hands' reaper does not stop a run that is still within its claim. None:
+    #: the tool's timeout from now
+    deadline: datetime | None = None
+    #: Collect the run already named for this operation; never start one. A run that is
+    #: not there comes back ``absent`` (another Hands collected and removed it, or it was
+    #: killed): reconnecting and reaping must never start the action a second time.
+    collect_only: bool = False
+
+    def overdue_at(self) -> datetime:
+        return self.deadline or datetime.now(UTC) + timedelta(seconds=self.tool.timeout_s)
 
 
 class RunOutcome(Frozen):
@@ -91,6 +102,9 @@ class RunOutcome(Frozen):
     #: operation. The operation certainly did not run here (``sandbox_error``; the
     #: reason is in ``detail``).
     refused: bool = False
+    #: A ``collect_only`` run found nothing to collect (no container of the operation):
+    #: nothing ran here, and what happened is for the store to say.
+    absent: bool = False
 
 
 class RunState(StrEnum):

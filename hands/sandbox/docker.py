@@ -227,6 +227,8 @@ class DockerSandbox:
             await self.check()
         found = await self._inspect(name)
         reconnected = found is not None
+        if found is None and spec.collect_only:
+            return _absent(name)
         if found is None:
             try:
                 await self._create(spec, name, arguments)
@@ -309,7 +311,7 @@ class DockerSandbox:
         return environment
 
     def _labels(self, spec: RunSpec) -> dict[str, str]:
-        deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
+        deadline = spec.overdue_at()
         return {
             LABEL_OPERATION: spec.operation_id,
             LABEL_SESSION: spec.session_id,
@@ -706,6 +708,16 @@ def _gone(name: str, reconnected: bool) -> RunOutcome:
         container=name.lstrip("/"),
         reconnected=reconnected,
         detail="the container was removed before its run ended (killed)",
+    )
+
+
+def _absent(name: str) -> RunOutcome:
+    return RunOutcome(
+        termination=Termination.CANCELLED,
+        container=name.lstrip("/"),
+        reconnected=True,
+        absent=True,
+        detail="no container of the operation to collect (collected or removed meanwhile)",
     )
 
 

@@ -65,6 +65,14 @@ class ProcessSandbox:
         name = container_name(spec.operation_id, spec.mode)
         where = self.root / name
         reconnected = where.exists()
+        if not reconnected and spec.collect_only:
+            return RunOutcome(
+                termination=Termination.CANCELLED,
+                container=name,
+                reconnected=True,
+                absent=True,
+                detail="no run of the operation to collect (collected or removed meanwhile)",
+            )
         if not reconnected:
             self._start(spec, where)
         started = _started(where)
@@ -118,7 +126,7 @@ class ProcessSandbox:
             "operation_id": spec.operation_id,
             "session_id": spec.session_id,
             "mode": spec.mode.value,
-            "deadline": (datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)).isoformat(),
+            "deadline": spec.overdue_at().isoformat(),
         }
         (scratch / "meta.json").write_text(json.dumps(meta))
         scratch.rename(where)

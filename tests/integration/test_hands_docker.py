@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from contracts.tool import Dispatch, ResultEvent, ToolDefinition
 from hands.executor import Executor
 from hands.images import BASE_IMAGE, tool_tag
 from hands.registry import register_image
-from hands.sandbox import RunState
+from hands.sandbox import RunOutcome, RunSpec, RunState
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
@@ -48,13 +49,16 @@ async def sandbox(images: dict[str, str]) -> AsyncIterator[DockerSandbox]:
         yield running
 
 
-def executor(store: SessionStore, sandbox: DockerSandbox, events: list[ResultEvent]) -> Executor:
+def executor(
+    store: SessionStore,
+    sandbox: DockerSandbox,
+    events: list[ResultEvent],
+    name: str = "hands-docker",
+) -> Executor:
     async def publish(event: ResultEvent) -> None:
         events.append(event)
 
-    return CommittingExecutor(
-        store=store, sandbox=sandbox, publish=publish, executor_id="hands-docker"
-    )
+    return CommittingExecutor(store=store, sandbox=sandbox, publish=publish, executor_id=name)
 
 
 def dispatch(tool: str, args: object, op: str = "op-docker-1") -> Dispatch:
@@ -233,3 +237,76 @@ async def _running_container_of(client: docker.DockerClient, operation_id: str) 
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def test_two_hands_of_one_deployment_never_start_one_operation_twice(
+    store: SessionStore, sandbox: DockerSandbox
+) -> None:
+    """Two Hands of one deployment on one engine: a redelivery reaches the second while
+    the first runs the operation, and the first collects and removes the container
+    between the second's look and its reconnect. The second only collects; the engine
+    creates one container for the operation (the compose deployment sent an email
+    twice this way)."""
+    await register_image(store, sandbox, tool_tag("sleep"))
+    op = f"op-twice-{uuid.uuid4().hex[:8]}"
+    since = int(time.time()) - 1
+    d = dispatch("sleep", {"seconds": 1}, op=op)
+    first = asyncio.create_task(executor(store, sandbox, [], "hands-a").handle(d))
+    await assert_eventually(lambda: _running(sandbox, op), within=30)
+
+    class SameEngine(DockerSandbox):
+        async def run(self, spec: RunSpec) -> RunOutcome:
+            await first  # the first Hands finishes before this one looks again
+            return await super().run(spec)
+
+    async with SameEngine(sandbox.config) as other:
+        by_second = await executor(store, other, [], "hands-b").handle(d)
+    by_first = await first
+    assert by_first is not None and by_second is not None
+    assert by_second.output == by_first.output == {"slept": 1}
+    assert await _created(op, since) == 1
+
+
+async def test_a_container_removed_under_its_hands_is_an_unknown_outcome(
+    store: SessionStore, sandbox: DockerSandbox
+) -> None:
+    """``docker rm -f`` (or another Hands' reaper) while the Hands follows the run, with no
+    cancellation recorded: the outcome is unknown and recovered by the tool's policy
+    (``sleep`` is safe: run again), not recorded as a cancelled tool."""
+    await register_image(store, sandbox, tool_tag("sleep"))
+    op = f"op-removed-{uuid.uuid4().hex[:8]}"
+    handling = asyncio.create_task(
+        executor(store, sandbox, []).handle(dispatch("sleep", {"seconds": 3}, op=op))
+    )
+    client = docker.DockerClient(base_url=DOCKER)
+    try:
+        name = await _running_container_of(client, op)
+        await asyncio.to_thread(client.containers.get(name).remove, force=True)
+    finally:
+        client.close()
+    result = await asyncio.wait_for(handling, 60)
+    assert result is not None and result.succeeded, result
+    assert result.path == "replayed"
+
+
+async def _created(operation_id: str, since: int) -> int:
+    """How many containers the engine created for the operation's run since ``since``."""
+    client = docker.APIClient(base_url=DOCKER)
+    try:
+        events = await asyncio.to_thread(
+            lambda: list(
+                client.events(
+                    since=since,
+                    until=int(time.time()) + 1,
+                    decode=True,
+                    filters={
+                        "type": "container",
+                        "event": "create",
+                        "label": f"io.brainhands.operation={operation_id}",
+                    },
+                )
+            )
+        )
+    finally:
+        client.close()
+    return sum(1 for e in events if e["Actor"]["Attributes"].get("io.brainhands.mode") == "run")

@@ -24,7 +24,7 @@ import pytest
 from contracts import Operation, OperationStatus, ReplayPolicy, utcnow
 from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, ToolDefinition
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
-from hands.sandbox import RunSpec, container_name
+from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, container_name
 from hands.sandbox import process as process_sandbox
 from hands.sandbox.process import ProcessSandbox
 from lifecycle.decision import LifecycleSettings
@@ -495,3 +495,72 @@ async def test_a_run_killed_from_outside_is_an_unknown_outcome_not_a_tool_failur
 
 async def _has_children(pid: int) -> bool:
     return bool(psutil.Process(pid).children())
+
+
+async def test_a_run_another_executor_collected_meanwhile_is_not_started_again(
+    hands: Hands,
+) -> None:
+    """Two Hands on one engine (a redelivery while the first still runs it): the second
+    finds the run there and reconnects, but the first collects and removes it in
+    between. Reconnecting only ever collects: the action is not started a second time
+    (seen in the compose deployment as an email sent twice)."""
+    d = dispatch(sleep=0.5)
+    first = asyncio.create_task(hands.executor("a").handle(d))
+    await assert_eventually(lambda: _running_here(hands, "op-1"), within=10)
+
+    class SameEngine(ProcessSandbox):
+        """The second Hands' view of the same runs; the first finishes before it looks."""
+
+        async def run(self, spec: RunSpec) -> RunOutcome:
+            await first
+            return await super().run(spec)
+
+    second = hands.executor("b")
+    second.sandbox = SameEngine(hands.sandbox.root)
+    by_second = await second.handle(d)
+    by_first = await first
+    assert hands.runs() == ["op-1"]
+    assert by_second is not None and by_first is not None
+    assert by_second.succeeded and by_second.output == by_first.output
+
+
+async def test_the_reaper_never_starts_a_run_it_listed_but_someone_removed(
+    hands: Hands, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper's list is a moment old: a run it saw exited may have been collected and
+    removed by the Hands that ran it. Reaping it collects what is there or nothing; it
+    never starts the action."""
+    d = dispatch()
+    record = await hands.executor("a")._record(d)
+    definition = await hands.store.tools.get("safe", 1)
+    assert definition is not None
+    await hands.executor("a")._claim(record, definition, new_attempt=True)
+    seen = OwnedRun(
+        name="bh-op-1",
+        operation_id="op-1",
+        session_id="s1",
+        mode=DispatchMode.RUN,
+        state=RunState.EXITED,
+    )
+
+    async def a_moment_old() -> list[OwnedRun]:
+        return [seen]
+
+    monkeypatch.setattr(hands.sandbox, "owned", a_moment_old)
+    await hands.executor("b").reconcile()
+    assert hands.runs() == []
+    assert await hands.sandbox.state("op-1") is None
+
+
+async def test_a_run_removed_without_a_recorded_cancel_is_an_unknown_outcome(
+    hands: Hands,
+) -> None:
+    """Another Hands' reaper removed the run (it took it for overdue) while this one
+    followed it: nobody cancelled it, so its outcome is unknown and recovered by the
+    tool's policy — not reported as a cancelled tool."""
+    running = asyncio.create_task(hands.executor("a").handle(dispatch(sleep=1.0)))
+    await assert_eventually(lambda: _running_here(hands, "op-1"), within=10)
+    await hands.sandbox.kill("op-1")
+    result = await asyncio.wait_for(running, 20)
+    assert result is not None
+    assert (result.succeeded, result.path) == (True, "replayed"), result.error
