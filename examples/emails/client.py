@@ -2,7 +2,9 @@
 
 ``send`` raises ``OutcomeUnknown`` whenever the message may have been sent without the
 client learning it (timeout, broken connection, 5xx, garbled acceptance); the caller then
-verifies with ``query``, which answers ``None`` for an operation the service never saw.
+verifies with ``query``, which answers ``None`` for an operation the service never saw. A
+query whose connection ends before any response is asked once more at once (a read is
+safe to repeat; a send never is repeated here).
 Refusals (401, 409, 422 and other 4xx) raise ``ToolFailed`` with the service's message.
 The token is only ever sent in the ``Authorization`` header, never put into an error.
 """
@@ -21,6 +23,9 @@ from examples.emails.wire import Faults, Ledger, Receipt
 __all__ = ["EmailClient", "Ledger", "Receipt"]
 
 _Answer = TypeVar("_Answer", bound=BaseModel)
+#: the connection ended before any response came (not a timeout: asking again would
+#: only spend a second one)
+_NO_RESPONSE = (httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class EmailClient:
@@ -69,8 +74,14 @@ class EmailClient:
 
     async def query(self, operation_id: str) -> Receipt | None:
         """What the service knows about ``operation_id``; ``None`` if it never sent it."""
+        path = f"/messages/{quote(operation_id, safe='')}"
         try:
-            response = await self._http.get(f"/messages/{quote(operation_id, safe='')}")
+            try:
+                response = await self._http.get(path)
+            except _NO_RESPONSE:
+                # e.g. a pooled keep-alive connection the server had just closed: a read
+                # is safe to ask again at once (a send never is)
+                response = await self._http.get(path)
         except httpx.RequestError as exc:
             raise _unknown(operation_id, f"no answer to the query ({_describe(exc)})") from exc
         if response.status_code == 404:

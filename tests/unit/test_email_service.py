@@ -3,6 +3,7 @@ dropped responses and persistence."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -234,3 +235,42 @@ async def test_an_unreachable_service_is_outcome_unknown_on_send_and_query() -> 
             await emails.query("op-1")
         with pytest.raises(ToolFailed, match="unreachable"):
             await emails.ledger()
+
+
+@asynccontextmanager
+async def drops_first_connections(drops: int) -> AsyncIterator[str]:
+    """A server that reads a request and closes the connection without answering (a
+    keep-alive connection the server had just closed) ``drops`` times, then answers 404."""
+    seen = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal seen
+        await reader.readuntil(b"\r\n\r\n")
+        seen += 1
+        if seen > drops:
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}"
+
+
+async def test_a_query_is_asked_again_when_the_connection_drops_before_an_answer() -> None:
+    """A GET that got no response at all is safe to ask again at once: one dropped
+    connection is not an unknown outcome (finding 5 of the compose deployment)."""
+    async with drops_first_connections(1) as url, EmailClient(url, TOKEN) as emails:
+        assert await emails.query("op-1") is None
+
+
+async def test_a_query_dropped_again_and_a_send_dropped_once_are_unknown() -> None:
+    """Asked again once only; and a send is never repeated by the client (the dropped
+    one may have been accepted): both are unknown outcomes for the kernel to recover."""
+    async with drops_first_connections(2) as url, EmailClient(url, TOKEN) as emails:
+        with pytest.raises(OutcomeUnknown, match="no answer to the query"):
+            await emails.query("op-1")
+    async with drops_first_connections(1) as url, EmailClient(url, TOKEN) as emails:
+        with pytest.raises(OutcomeUnknown, match="no answer to the send"):
+            await emails.send("op-1", **HELLO)

@@ -234,3 +234,39 @@ async def test_an_outcome_that_stays_unknown_is_retried_a_bounded_number_of_time
         assert "3 attempts made" in (operation.reason or "")
         assert task.status is TaskStatus.WAITING and task.wait is not None
         assert task.parked is not None
+
+
+async def test_a_query_that_does_not_answer_is_asked_again_not_a_failed_task(
+    tmp_path: Path,
+) -> None:
+    """Verifying an unsafe call whose reply was lost: the query itself gets no answer
+    once (a dropped connection). That is no outcome: the phase is retried and asks
+    again; it does not fail the task (the compose deployment failed a five-emails
+    subtask this way) and never sends a second time."""
+    sent: list[str] = []
+    queries: list[str] = []
+
+    async def send(args: dict[str, Any], operation_id: str) -> Any:
+        sent.append(operation_id)
+        raise OutcomeUnknown("the reply was lost", operation_id=operation_id)
+
+    async def query(args: dict[str, Any], operation_id: str) -> QueryAnswer:
+        queries.append(operation_id)
+        if len(queries) == 1:
+            raise OutcomeUnknown("no answer to the query", operation_id=operation_id)
+        return QueryAnswer(found=operation_id in sent, output={"id": operation_id})
+
+    async def start(ctx: PhaseContext) -> Done:
+        await ctx.operation("mail", {}, "mail")
+        return Done(result="sent")
+
+    registry = Registry()
+    registry.add(kind("mail", {"start": start}, max_attempts=3))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ToolSpec(name="mail", replay=ReplayPolicy.UNSAFE), send, query)
+        await k.submit_task("mail")
+        await asyncio.wait_for(k.run(), 20)
+        task = await k.task("root.r1")
+        assert task.outcome is Outcome.SUCCEEDED, task.error
+        assert len(sent) == 1 and len(queries) == 2
+        assert task.result == "sent"
