@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
@@ -24,6 +23,7 @@ from brain import __main__ as brain_main
 from contracts import BrainhandsError
 from hands import __main__ as hands_main
 from hands import api_server
+from runtime.build import build_id
 from scheduler import __main__ as scheduler_main
 from session_api import server as session_api_server
 
@@ -35,15 +35,8 @@ app = typer.Typer(
 
 def _print_version(asked: bool) -> None:
     if asked:
-        typer.echo(f"brainhands {_version()}")
+        typer.echo(f"brainhands {build_id()}")  # the version, or the image's build id
         raise typer.Exit()
-
-
-def _version() -> str:
-    try:
-        return version("brainhands")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 @app.callback()

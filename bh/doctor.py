@@ -89,7 +89,8 @@ async def _live(http: httpx.AsyncClient, url: str) -> str:
     answer = await http.get(f"{url.rstrip('/')}/livez")
     if answer.status_code != 200:
         raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:200]}")
-    return "live"
+    build = answer.json().get("build") if answer.content else None
+    return f"live, build {build}" if build else "live"
 
 
 async def _ready(http: httpx.AsyncClient, url: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from contracts.errors import BrainhandsError
 from hands.images import BUILD_HASH_LABEL, BuiltImage, Say, build_base
+from runtime.build import image_build_id
 
 SERVICE_REPOSITORY: Final = "brainhands/service"
 #: the tool images' debootstrap base plus what the Hands run besides Python: iptables
@@ -230,7 +231,7 @@ def _build(client: Any, context: Path, tag: str, wanted: str) -> Any:
         image, _ = client.images.build(
             path=str(context),
             tag=tag,
-            buildargs={"BASE": SERVICE_BASE},
+            buildargs={"BASE": SERVICE_BASE, "BUILD_ID": image_build_id(wanted)},
             labels={
                 BUILD_HASH_LABEL: wanted,
                 "org.opencontainers.image.version": tag.split(":")[1],

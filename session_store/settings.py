@@ -8,10 +8,12 @@ import socket
 from pydantic import Field
 
 from contracts import Frozen
+from runtime.build import build_id
 
 
 def _default_writer() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid@build``: the process and the build of brainhands that wrote a commit."""
+    return f"{socket.gethostname()}:{os.getpid()}@{build_id()}"
 
 
 class StoreSettings(Frozen):

@@ -9,8 +9,9 @@ a Hands' consumer) at once, each bounded by ``timeout``, and answers 200 when al
 traffic, it does not restart it. Results are kept for ``cache`` seconds so a burst of
 probes costs one round of checks.
 
-Both are open (orchestrators probe without tokens) and say only each check's name, pass
-or fail and the error's class — no addresses, no messages; the full error is logged.
+Both are open (orchestrators probe without tokens) and say only the service, its build
+id (``runtime.build``), each check's name, pass or fail and the error's class — no
+addresses, no messages; the full error is logged.
 The APIs mount ``router()``; the workers (Brain, Hands, scheduler) serve ``app()`` on
 ``BH_PROBE_PORT`` when it is set (``serve``).
 """
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from runtime.build import build_id
 from webapi.server import serving
 
 log = logging.getLogger(__name__)
@@ -86,15 +88,18 @@ class Probes:
 
     async def livez(self, request: Request) -> JSONResponse:
         if not self.alive():
-            return JSONResponse({"service": self.service, "status": "dead"}, 503)
-        return JSONResponse({"service": self.service, "status": "live"})
+            return JSONResponse({**self._who(), "status": "dead"}, 503)
+        return JSONResponse({**self._who(), "status": "live"})
+
+    def _who(self) -> dict[str, str]:
+        return {"service": self.service, "build": build_id()}
 
     async def readyz(self, request: Request) -> JSONResponse:
         failing = await self.failing() if self.alive() else {"process": "dead"}
         checks = {name: failing.get(name, "ok") for name in [*self.checks, *failing]}
         status = "not_ready" if failing else "ready"
         return JSONResponse(
-            {"service": self.service, "status": status, "checks": checks}, 503 if failing else 200
+            {**self._who(), "status": status, "checks": checks}, 503 if failing else 200
         )
 
     def routes(self) -> list[Route]:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from runtime.build import build_id
 from tests.support.http_server import free_port
 from tests.support.processes import python_module
 from tests.support.services import require
@@ -61,6 +62,7 @@ async def test_readiness_names_the_failing_checks_and_keeps_them_for_a_moment() 
     assert answer.status_code == 503
     assert answer.json() == {
         "service": "x",
+        "build": build_id(),
         "status": "not_ready",
         "checks": {"fine": "ok", "broken": "ConnectionRefusedError", "slow": "timeout"},
     }

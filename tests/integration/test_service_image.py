@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from bh.service_image import build_service_image, project, service_tag
+from hands.images import BUILD_HASH_LABEL
 from tests.support.http_server import free_port
 from tests.support.images import require_docker
 from tests.support.services import require
@@ -55,7 +56,9 @@ def test_a_second_build_is_skipped(image: str) -> None:
 
 def test_it_says_its_version_and_runs_as_a_user_of_its_own(image: str, engine: Any) -> None:
     version = engine.containers.run(image, ["--version"], remove=True).decode().strip()
-    assert version == f"brainhands {project()['version']}"
+    wanted = engine.images.get(image).labels[BUILD_HASH_LABEL]
+    # the build id: the version and the image's build hash (runtime.build)
+    assert version == f"brainhands {project()['version']}+{wanted.removeprefix('sha256:')[:12]}"
     user = engine.images.get(service_tag()).attrs["Config"]["User"]
     assert user == f"{SERVICE_UID}:{SERVICE_UID}"
     assert engine.images.get("brainhands/service:latest").id == image
