@@ -42,6 +42,7 @@ from rq.timeouts import BaseDeathPenalty
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
 from coordination.attention import Attention
+from coordination.backlog import RouteBacklog, wake_backlog
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,10 @@ class RQWakes:
 
     async def check(self) -> None:
         await asyncio.to_thread(self._sync.ping)
+
+    async def backlog(self) -> list[RouteBacklog]:
+        """Waiting wakes per route, the oldest one's age, and whether a Brain serves it."""
+        return await asyncio.to_thread(wake_backlog, self._sync, self.prefix)
 
     async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
         try:

@@ -12,6 +12,7 @@ metric                                     type       labels
 ``brainhands_hands_run_seconds``           histogram  ``termination``
 ``brainhands_hands_queue_pending``         gauge      (messages not yet delivered)
 ``brainhands_hands_queue_ack_pending``     gauge      (delivered, not yet acked)
+``brainhands_hands_queue_oldest_age_seconds``  gauge  (the oldest dispatch not yet acked)
 ``brainhands_hands_containers_running``    gauge
 ``brainhands_hands_scrape_errors_total``   counter    ``source`` (``bus``, ``sandbox``)
 ``brainhands_hands_refused_total``         counter    ``kind`` (``dispatch``, ``cancel``),
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from typing import Final
 
 import nats.errors
@@ -79,6 +81,12 @@ class HandsMetrics:
         self._ack_pending = Gauge(
             "brainhands_hands_queue_ack_pending",
             "Dispatches delivered to a Hands and not yet acknowledged",
+            registry=self.registry,
+        )
+        self._oldest = Gauge(
+            "brainhands_hands_queue_oldest_age_seconds",
+            "Seconds since the oldest dispatch still in the work queue (waiting or in "
+            "flight) was published; 0 when the queue is empty",
             registry=self.registry,
         )
         self._running = Gauge(
@@ -151,19 +159,18 @@ class HandsMetrics:
         return encoder(self.registry), content_type
 
     async def _refresh_queue(self, bus: Bus | None) -> None:
-        if bus is None:
-            self._pending.set(math.nan)
-            self._ack_pending.set(math.nan)
-            return
-        try:
-            async with asyncio.timeout(READ_TIMEOUT_S):
-                pending, ack_pending = await _queue_depth(bus)
-        except (TimeoutError, nats.errors.Error, OSError) as error:
-            log.warning("metrics: cannot read the dispatch queue: %s", error)
-            self._scrape_errors.labels("bus").inc()
-            pending = ack_pending = math.nan
+        pending = ack_pending = oldest = math.nan
+        if bus is not None:
+            try:
+                async with asyncio.timeout(READ_TIMEOUT_S):
+                    pending, ack_pending = await _queue_depth(bus)
+                    oldest = await _oldest_age(bus)
+            except (TimeoutError, nats.errors.Error, OSError) as error:
+                log.warning("metrics: cannot read the dispatch queue: %s", error)
+                self._scrape_errors.labels("bus").inc()
         self._pending.set(pending)
         self._ack_pending.set(ack_pending)
+        self._oldest.set(oldest)
 
     async def _refresh_containers(self, sandbox: Sandbox) -> None:
         try:
@@ -194,3 +201,21 @@ async def _queue_depth(bus: Bus) -> tuple[float, float]:
         stream_info = await bus.js.stream_info(stream)
         return float(stream_info.state.messages), 0.0
     return float(info.num_pending or 0), float(info.num_ack_pending or 0)
+
+
+async def _oldest_age(bus: Bus) -> float:
+    """Seconds since the first message of the work-queue stream (acknowledged dispatches
+    are removed from it, so the first one is the oldest waiting or in flight) was
+    published, by the server's timestamp and this host's clock (an approximation across
+    hosts: a scaling signal, never a decision)."""
+    stream = bus.stream(DISPATCH_STREAM)
+    state = (await bus.js.stream_info(stream)).state
+    if not state.messages:
+        return 0.0
+    try:
+        first = await bus.js.get_msg(stream, seq=state.first_seq, next=True)
+    except nats.js.errors.NotFoundError:
+        return 0.0  # taken meanwhile
+    if first.time is None:
+        return math.nan
+    return max(0.0, time.time() - first.time.timestamp())

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, FastAPI, Security
+from fastapi import APIRouter, FastAPI, Request, Response, Security
 from fastapi.security import HTTPBearer
 from pydantic import SecretStr
 
@@ -23,13 +23,15 @@ from contracts import InvalidInput
 from contracts.errors import ErrorBody
 from coordination import WakeQueue
 from session_api.context import ApiContext
+from session_api.metrics import Backlog, SessionApiMetrics
 from session_api.sessions import sessions_router
 from session_api.stream import StreamSettings
 from session_api.views import Health
 from session_store import SessionStore
 from webapi import errors
-from webapi.auth import BearerAuth, Grant, grants_of
+from webapi.auth import Access, BearerAuth, Grant, grants_of
 from webapi.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from webapi.scopes import needs
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +57,12 @@ def create_app(
     wake_timeout: timedelta = timedelta(seconds=5),
     list_limit: int = LIST_LIMIT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    backlog: Backlog | None = None,
 ) -> FastAPI:
     """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
     accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
     finds the work later). Request bodies over ``max_body_bytes`` are refused unread
-    (413)."""
+    (413). ``backlog`` reads the wake queues for ``/metrics`` (``session_api.metrics``)."""
     grants = grants_of(token, tokens, "Session API")
     if store.read_only:
         raise InvalidInput("the Session API commits submissions: open the store writable")
@@ -93,6 +96,11 @@ def create_app(
     app.include_router(
         sessions_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED
     )
+    app.include_router(
+        _metrics_router(SessionApiMetrics(backlog)),
+        dependencies=[Security(_BEARER)],
+        responses=_UNAUTHORIZED,
+    )
     return app
 
 
@@ -100,6 +108,25 @@ def stop_streams(app: FastAPI) -> None:
     """End every open event stream now (clients reconnect with ``Last-Event-ID``)."""
     context: ApiContext = app.state.context
     context.stopping.set()
+
+
+def _metrics_router(metrics: SessionApiMetrics) -> APIRouter:
+    router = APIRouter(tags=["metrics"])
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
+    async def scrape(
+        request: Request, _: Annotated[Grant, needs(Access.READ, deployment=True)]
+    ) -> Response:
+        """Prometheus metrics: the wake backlog per Brain route (``session_api.metrics``)."""
+        await metrics.refresh()
+        body, content_type = metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    return router
 
 
 def _health_router() -> APIRouter:

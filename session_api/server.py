@@ -80,6 +80,7 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         if wakes is not None:
             queue = await resources.enter_async_context(wakes(settings))
         # The web stack is imported only to serve (``bh`` stays quick to start).
+        from coordination.wakes import RQWakes
         from session_api.app import create_app, stop_streams
         from webapi.probes import Check, Probes
 
@@ -88,6 +89,7 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
             wakes=queue,
             tokens=settings.tokens,
             max_body_bytes=settings.max_body_bytes,
+            backlog=queue.backlog if isinstance(queue, RQWakes) else None,
         )
         checks: dict[str, Check] = {"store": store.backend.check}
         if queue is not None:

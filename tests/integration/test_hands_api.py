@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from bh import ops_commands, tools_commands
 from bh.hands_client import HandsClient
-from bus import CANCEL_SUBJECT, Bus
+from bus import CANCEL_SUBJECT, Bus, dispatch_subject
 from contracts import AlreadyExists, NotFound, Operation, OperationStatus, ReplayPolicy
 from contracts.errors import Unauthorized
 from contracts.tool import LABEL_PREFIX, RECIPE_LABEL, Cancellation, Dispatch, ResultEvent
@@ -647,3 +647,33 @@ async def test_registration_through_the_api_keeps_to_the_operators_caps(tmp_path
             assert (await http.get("/v1/tools")).json() == {"tools": []}
     finally:
         await store.close()
+
+
+@pytest.mark.nats
+async def test_the_dispatch_backlog_and_its_age_are_reported_with_no_hands_running(
+    tmp_path: Path,
+) -> None:
+    """The Hands' autoscaler reads the backlog and how long its oldest dispatch has
+    waited from the Hands API, which answers with no Hands running (scale from zero)."""
+    async with scratch_bus() as bus, open_api(tmp_path, bus) as api:
+        await bus.ensure_streams()
+        empty = (await api.http.get("/metrics")).text
+        assert "brainhands_hands_queue_oldest_age_seconds 0.0" in empty
+        dispatch = Dispatch(
+            operation_id="op-waiting",
+            session_id="s1",
+            task_id="t1",
+            tool="act",
+            tool_version=1,
+            args={},
+        )
+        await bus.publish(dispatch_subject("act"), dispatch, msg_id="op-waiting")
+        await asyncio.sleep(1.5)
+        metrics = (await api.http.get("/metrics")).text
+        assert "brainhands_hands_queue_pending 1.0" in metrics
+        (age,) = [
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("brainhands_hands_queue_oldest_age_seconds ")
+        ]
+        assert 1.0 <= age < 60, metrics

@@ -1,0 +1,102 @@
+"""The wake backlog: how many wakes wait for each Brain route, since when, and whether
+any Brain serves the route — the Brains' scaling and alerting signal.
+
+Read from Redis without any Brain running (an autoscaler must be able to scale from
+zero): the wake queues are RQ lists ``rq:queue:<prefix>-wakes-<route>``, listed in RQ's
+``rq:queues`` set; the oldest job is the list's head (RQ pushes at the tail and pops the
+head) and its hash holds ``enqueued_at``, written by the enqueuer's clock. The age is
+therefore measured across two hosts' clocks: good to a second or so, enough to scale
+and to alert on, never used to decide anything. A route is *served* while a Brain's
+advertisement of it is live (``coordination.routes``); a backlog on a route nobody
+serves does not shrink by adding Brains of the running build: it should page.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import redis
+
+from contracts.model import Frozen
+
+_QUEUES = "rq:queues"
+_QUEUE_KEY = "rq:queue:"
+
+
+class RouteBacklog(Frozen):
+    route: str
+    #: wake jobs waiting in the route's queue
+    waiting: int
+    #: seconds since the oldest waiting job was enqueued (0 when none waits)
+    oldest_age_s: float
+    #: a live Brain advertisement names the route
+    served: bool
+
+
+def wake_backlog(client: redis.Redis, prefix: str, now: float | None = None) -> list[RouteBacklog]:
+    """Every route of ``prefix`` that has a wake queue or a live advertisement."""
+    now = time.time() if now is None else now
+    head = f"{_QUEUE_KEY}{prefix}-wakes-"
+    queues = sorted(
+        name for name in (_text(raw) for raw in client.smembers(_QUEUES)) if name.startswith(head)
+    )
+    served = _served(client, prefix, now)
+    routes = {name.removeprefix(head) for name in queues} | served
+    with client.pipeline(transaction=False) as pipe:
+        for route in sorted(routes):
+            pipe.llen(head + route)
+            pipe.lindex(head + route, 0)
+        answers = pipe.execute()
+    found: list[RouteBacklog] = []
+    heads: dict[str, str] = {}
+    for index, route in enumerate(sorted(routes)):
+        waiting, first = int(answers[2 * index] or 0), answers[2 * index + 1]
+        if waiting and first is not None:
+            heads[route] = _text(first)
+        found.append(RouteBacklog(route=route, waiting=waiting, oldest_age_s=0.0, served=False))
+    ages = _ages(client, heads, now)
+    return [
+        b.model_copy(update={"oldest_age_s": ages.get(b.route, 0.0), "served": b.route in served})
+        for b in found
+    ]
+
+
+def _served(client: redis.Redis, prefix: str, now: float) -> set[str]:
+    live = set()
+    for route, raw in client.hgetall(f"{prefix}:routes").items():
+        try:
+            until = float(json.loads(raw).get("until", 0))
+        except (ValueError, TypeError, AttributeError):
+            continue  # a malformed advertisement serves nothing
+        if until > now:
+            live.add(_text(route))
+    return live
+
+
+def _ages(client: redis.Redis, heads: dict[str, str], now: float) -> dict[str, float]:
+    """Seconds since each head job was enqueued (a job gone meanwhile: 0)."""
+    with client.pipeline(transaction=False) as pipe:
+        for job in heads.values():
+            pipe.hget(f"rq:job:{job}", "enqueued_at")
+        stamps = pipe.execute()
+    ages = {}
+    for route, stamp in zip(heads, stamps, strict=True):
+        at = _moment(stamp)
+        ages[route] = max(0.0, now - at) if at is not None else 0.0
+    return ages
+
+
+def _moment(stamp: bytes | str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(_text(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
