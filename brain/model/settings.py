@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 
 from contracts.errors import InvalidInput
 from contracts.model import Frozen
+from runtime.credentials import read_secret
 
 
 class ModelSettings(Frozen):
@@ -33,12 +35,14 @@ class ModelSettings(Frozen):
     def from_env(
         cls, prefix: str = "BH_MODEL_", environ: Mapping[str, str] | None = None
     ) -> ModelSettings:
-        """Read ``<prefix>BASE_URL``, ``<prefix>API_KEY`` and ``<prefix>NAME``."""
+        """Read ``<prefix>BASE_URL``, ``<prefix>NAME`` and the key: from the file named by
+        ``<prefix>API_KEY_FILE`` (a mounted secret, refused when others may read it) or
+        else ``<prefix>API_KEY``; both set is refused (which one is meant?)."""
         source = os.environ if environ is None else environ
         try:
             return cls(
                 base_url=_require(source, f"{prefix}BASE_URL"),
-                api_key=SecretStr(_require(source, f"{prefix}API_KEY")),
+                api_key=SecretStr(_key(source, prefix)),
                 model=_require(source, f"{prefix}NAME"),
             )
         except ValidationError as exc:
@@ -51,3 +55,15 @@ def _require(environ: Mapping[str, str], name: str) -> str:
     if not value:
         raise InvalidInput(f"environment variable {name} is not set (the model client needs it)")
     return value
+
+
+def _key(environ: Mapping[str, str], prefix: str) -> str:
+    path = environ.get(f"{prefix}API_KEY_FILE", "").strip()
+    if path and environ.get(f"{prefix}API_KEY", "").strip():
+        raise InvalidInput(
+            f"both {prefix}API_KEY and {prefix}API_KEY_FILE are set: set one (the file is "
+            "the one to prefer: it keeps the key out of the environment)"
+        )
+    if path:
+        return read_secret(Path(path))
+    return _require(environ, f"{prefix}API_KEY")

@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -303,3 +304,23 @@ def test_a_base_url_without_scheme_is_refused() -> None:
 def test_messages_that_do_not_fit_their_role_are_refused(fields: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         ChatMessage.model_validate(fields)
+
+
+def test_the_key_may_come_from_a_private_file(tmp_path: Path) -> None:
+    """A mounted secret keeps the key out of the process environment (``/proc/*/environ``,
+    crash dumps, ``docker inspect``); a file others may read is refused, and so is
+    setting both (which one is meant?)."""
+    key_file = tmp_path / "model.key"
+    key_file.write_text(f"{KEY}\n")
+    key_file.chmod(0o600)
+    environ = {
+        "BH_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+        "BH_MODEL_API_KEY_FILE": str(key_file),
+        "BH_MODEL_NAME": "m",
+    }
+    assert ModelSettings.from_env(environ=environ).api_key.get_secret_value() == KEY
+    with pytest.raises(InvalidInput, match="set one"):
+        ModelSettings.from_env(environ={**environ, "BH_MODEL_API_KEY": KEY})
+    key_file.chmod(0o644)
+    with pytest.raises(InvalidInput, match="others may read"):
+        ModelSettings.from_env(environ=environ)
