@@ -34,8 +34,9 @@ import redis.asyncio
 from pydantic import JsonValue
 from rq import Worker
 
+from bh.deploy import service
 from bh.devstack import binaries
-from bh.fleet import Fleet
+from bh.fleet import Fleet, from_table
 from contracts import CommitRecord
 from coordination import redis_client
 from coordination.leases import RedisLeases
@@ -58,18 +59,23 @@ OWNER = "bench-distributed"
 def brain_argv(
     *, lease_seconds: float = 10, concurrency: int = 8, sandboxed: Iterable[str] = ()
 ) -> list[str]:
-    argv = [PYTHON, "-m", "brain", "worker", "--plugin", "bench.workload:plugin"]
+    argv = [*_module("brain"), "--plugin", "bench.workload:plugin"]
     for tool in sandboxed:
         argv += ["--sandboxed", tool]
     return [*argv, "--lease-seconds", str(lease_seconds), "--concurrency", str(concurrency)]
 
 
 def scheduler_argv(*, reconcile_seconds: float = 30) -> list[str]:
-    return [PYTHON, "-m", "scheduler", "--reconcile-seconds", str(reconcile_seconds)]
+    return [*_module("scheduler"), "--reconcile-seconds", str(reconcile_seconds)]
 
 
 def hands_argv(*, concurrency: int = 4) -> list[str]:
-    return [PYTHON, "-m", "hands", "--sandbox", "docker", "--concurrency", str(concurrency)]
+    return [*_module("hands"), "--sandbox", "docker", "--concurrency", str(concurrency)]
+
+
+def _module(name: str) -> list[str]:
+    """``python -m`` the service table's module of ``name`` (``bh.fleet.from_table``)."""
+    return list(from_table(service(name), name, port=0).argv)
 
 
 @dataclass

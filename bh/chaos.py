@@ -68,7 +68,8 @@ from bh.chaos_services import (
     chaos_services,
     owner_of,
 )
-from bh.fleet import Fleet, until_up
+from bh.deploy import service
+from bh.fleet import Component, Fleet, from_table, until_up
 from bh.granted_tool import register_granted, write_credentials
 from contracts import ReplayPolicy
 from contracts.tool import ToolDefinition
@@ -170,7 +171,7 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         )
     else:
         await store.tools.register(_count_tool(ledger))
-    fleet = Fleet(work, env, _argv(config, port))
+    fleet = Fleet(work, env, _components(config, port))
     api = f"http://127.0.0.1:{port}"
     run = _Run(
         config,
@@ -225,21 +226,37 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
     return report
 
 
-def _argv(config: ChaosConfig, port: int) -> dict[str, list[str]]:
-    python = sys.executable
+def _components(config: ChaosConfig, port: int) -> list[Component]:
+    """The run's processes, from the service table (``bh.fleet.from_table``), each worker
+    with a probe port of its own."""
     reissue = ("--reissue-seconds", str(REISSUE_SECONDS))
-    argv = {
-        "scheduler": [python, "-m", "scheduler", "--reconcile-seconds", "2", *reissue],
-        "session-api": [python, "-m", "session_api", "--port", str(port)],
-    }
-    brain = [python, "-m", "brain", "worker", "--plugin", "examples.chaos.workload:plugin"]
-    brain += ["--plugin", "examples.emails.tasks:plugin"]
+    found = [
+        from_table(
+            service("scheduler"),
+            "scheduler",
+            ("--reconcile-seconds", "2", *reissue),
+            port=free_port(),
+        ),
+        from_table(service("session-api"), "session-api", port=port),
+    ]
+    brain = [
+        "--plugin",
+        "examples.chaos.workload:plugin",
+        "--plugin",
+        "examples.emails.tasks:plugin",
+    ]
     brain += ["--sandboxed", "count", "--lease-seconds", str(LEASE_SECONDS)]
-    for n in range(1, config.brains + 1):
-        argv[f"brain-{n}"] = brain
-    for n in range(1, config.hands + 1):
-        argv[f"hands-{n}"] = [python, "-m", "hands", "--sandbox", config.hands_sandbox]
-    return argv
+    found += [
+        from_table(service("brain"), f"brain-{n}", brain, port=free_port())
+        for n in range(1, config.brains + 1)
+    ]
+    found += [
+        from_table(
+            service("hands"), f"hands-{n}", ("--sandbox", config.hands_sandbox), port=free_port()
+        )
+        for n in range(1, config.hands + 1)
+    ]
+    return found
 
 
 def _count_tool(ledger: Path) -> ToolDefinition:

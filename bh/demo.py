@@ -22,12 +22,14 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from bh import terminal
+from bh.fleet import Fleet
 from contracts import BrainhandsError, TaskStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
@@ -48,6 +50,8 @@ class Servers:
     email_token: str
     model_url: str
     model_token: str
+    #: where the demo's processes log (``bh.fleet.Fleet``)
+    work: Path
 
     def worker_env(self, **extra: str) -> dict[str, str]:
         return scenario.worker_env(
@@ -124,20 +128,14 @@ async def _run(store: SessionStore, store_url: str, running: Servers) -> None:
 
 
 async def worker(store_url: str, running: Servers, *options: str, **env: str) -> int:
-    """A ``python -m brain run`` worker of the demo session; its exit status."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "brain", "run", "--store", store_url, "--session", SESSION),
-        *("--plugin", scenario.PLUGIN, *options),
-        env=running.worker_env(**env),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await process.communicate()
-    code = process.returncode
-    assert code is not None
+    """A ``python -m brain run`` worker of the demo session, run to its end (through the
+    one launcher, ``bh.fleet``); its exit status."""
+    argv = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", SESSION]
+    argv += ["--plugin", scenario.PLUGIN, *options]
+    fleet = Fleet(running.work, running.worker_env(**env), {"worker": argv})
+    code = await fleet.run("worker")
     if code not in (0, -signal.SIGKILL):
-        console.print(err.decode()[-3000:])
+        console.print(fleet.tail("worker"))
     return code
 
 
@@ -190,40 +188,22 @@ async def _show_outcome(store: SessionStore, running: Servers) -> None:
 
 @asynccontextmanager
 async def servers() -> AsyncIterator[Servers]:
+    """The example's email service and scripted model server, each on a free port."""
     email_token, model_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    email, email_url = await _start(
-        ["-m", "examples.emails.service", "--port", "0"], BH_EMAIL_SERVICE_TOKEN=email_token
+    work = Path(tempfile.mkdtemp(prefix="brainhands-demo-"))
+    model = ["-m", "brain.model.scripted", "--script", str(scenario.SCRIPT_PATH)]
+    fleet = Fleet(
+        work,
+        {**os.environ, "PYTHONUNBUFFERED": "1"},
+        {
+            "email": [sys.executable, "-m", "examples.emails.service", "--port", "0"],
+            "model": [sys.executable, *model, "--port", "0"],
+        },
     )
     try:
-        model, model_url = await _start(
-            ["-m", "brain.model.scripted", "--script", str(scenario.SCRIPT_PATH), "--port", "0"],
-            BH_SCRIPTED_MODEL_TOKEN=model_token,
-        )
-        try:
-            yield Servers(email_url, email_token, model_url, model_token)
-        finally:
-            await _stop(model)
+        fleet.start("email", BH_EMAIL_SERVICE_TOKEN=email_token)
+        fleet.start("model", BH_SCRIPTED_MODEL_TOKEN=model_token)
+        email_url, model_url = await fleet.address("email"), await fleet.address("model")
+        yield Servers(email_url, email_token, model_url, model_token, work)
     finally:
-        await _stop(email)
-
-
-async def _start(args: list[str], **env: str) -> tuple[asyncio.subprocess.Process, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-    if "listening on" not in line:
-        await _stop(process)
-        raise SystemExit(f"{args[1]} did not start")
-    return process, line.split("listening on", 1)[1].strip()
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.terminate()
-        await process.wait()
+        await asyncio.to_thread(fleet.stop_all)

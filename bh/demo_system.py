@@ -20,7 +20,6 @@ import asyncio
 import secrets
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -32,7 +31,8 @@ from typing import Any
 from rich.table import Table
 
 from bh.demo import BATCH, REQUEST, SESSION, Servers, console, servers
-from bh.fleet import Fleet, until_up
+from bh.deploy import service
+from bh.fleet import Fleet, from_table, until_up
 from bh.granted_tool import destination, register_granted, write_credentials
 from bh.hands_client import HandsClient
 from bh.session_client import SessionApiClient
@@ -83,7 +83,6 @@ async def run(store_url: str | None) -> None:
 def _fleet(
     work: Path, store_url: str, running: Servers, infra: dict[str, str]
 ) -> tuple[Fleet, Deployment]:
-    python = sys.executable
     session_port, hands_port = free_port(), free_port()
     token = secrets.token_urlsafe(24)
     credentials = write_credentials(
@@ -100,24 +99,25 @@ def _fleet(
         BH_HANDS_ACK_WAIT="3",
         BH_HANDS_CREDENTIALS=str(credentials),
     )
-    brain = [python, "-m", "brain", "worker", "--plugin", scenario.PLUGIN]
-    brain += ["--sandboxed", "send_email", "--lease-seconds", str(LEASE_SECONDS)]
-    argv = {
-        "scheduler": [python, "-m", "scheduler", "--reconcile-seconds", "2"],
-        "session-api": [python, "-m", "session_api", "--port", str(session_port)],
-        "hands-api": [python, "-m", "hands.api_server", "--port", str(hands_port)],
-        "brain-1": brain,
-        "brain-2": brain,
-        "hands-1": [python, "-m", "hands", "--sandbox", "docker"],
-        "hands-2": [python, "-m", "hands", "--sandbox", "docker"],
-    }
+    brain = ["--plugin", scenario.PLUGIN, "--sandboxed", "send_email"]
+    brain += ["--lease-seconds", str(LEASE_SECONDS)]
+    hands = ("--sandbox", "docker")
+    components = [
+        from_table(
+            service("scheduler"), "scheduler", ("--reconcile-seconds", "2"), port=free_port()
+        ),
+        from_table(service("session-api"), "session-api", port=session_port),
+        from_table(service("hands-api"), "hands-api", port=hands_port),
+        *(from_table(service("brain"), f"brain-{n}", brain, port=free_port()) for n in (1, 2)),
+        *(from_table(service("hands"), f"hands-{n}", hands, port=free_port()) for n in (1, 2)),
+    ]
     deployment = Deployment(
         f"http://127.0.0.1:{session_port}",
         f"http://127.0.0.1:{hands_port}",
         token,
         infra.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
     )
-    return Fleet(work, env, argv), deployment
+    return Fleet(work, env, components), deployment
 
 
 def _progress(line: str) -> None:

@@ -2,7 +2,8 @@
 
 ``bh up`` brings up the infrastructure (``bh dev up --require docker``), then the
 scheduler, the Session API, the Hands API, N Brain workers and M Hands — each a separate
-detached process with its own log and pidfile under ``<dev home>/system/`` — waits for
+detached process of a ``bh.fleet.Fleet`` (the launcher the demo, the chaos harness and
+the benchmarks use too), with its own log and pidfile under ``<dev home>/system/`` — waits for
 the APIs to answer, writes ``<dev home>/system/env`` (API URLs and tokens, store URL,
 namespace) and prints a status table. Running it again starts only what is not running;
 ``--brains``/``--hands`` grow or shrink the fleet. ``bh down`` stops them (SIGTERM, so
@@ -18,60 +19,23 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 from rich.table import Table
 
 from bh import terminal
-from bh.deploy import SERVICES, Kind, Service, service
-from bh.devstack.auth import role_env
+from bh.deploy import SERVICES, Kind, service
 from bh.devstack.config import DevConfig
-from bh.devstack.process import (
-    is_running,
-    log_tail,
-    read_pidfile,
-    remove_pidfile,
-    spawn,
-    stop,
-    write_pidfile,
-)
 from bh.example_stack import EXAMPLES, five_emails, register_tools
+from bh.fleet import Component, Fleet, from_table
 from coordination import redis_client
 from runtime.credentials import write_secret
 
 console = terminal.console()
 SESSION_API_PORT = service("session-api").port("api").number
 HANDS_API_PORT = service("hands-api").port("api").number
-#: the workers' probe ports on one host: the scheduler's, and brain-N's and hands-N's
-#: are these + N (in a container every worker's is the table's, 8081)
-PROBE_PORTS = {"scheduler": 8461, "brain": 8500, "hands": 8600}
-
-
-@dataclass(frozen=True)
-class Component:
-    name: str
-    argv: tuple[str, ...]
-    health: str | None = None  # an URL that answers 200 once it is ready
-    env: tuple[tuple[str, str], ...] = ()  # its own variables (its probe port)
-
-
-def _process(served: Service, name: str, args: tuple[str, ...], n: int = 0) -> Component:
-    """The service table's ``served`` as process ``name`` on this host: ``python -m`` its
-    module with ``args``; ready when its readiness probe answers — on its API port, or
-    (a worker) on a probe port of its own, this host's ``PROBE_PORTS`` + ``n``."""
-    argv = (sys.executable, "-m", *served.module, *args)
-    assert served.probe is not None, f"{served.name} has no probes"
-    port = served.port(served.probe.port)
-    if served.kind is Kind.API:
-        argv += ("--port", str(port.number))
-        return Component(name, argv, health=f"http://127.0.0.1:{port.number}{served.probe.ready}")
-    local = PROBE_PORTS[served.name] + n
-    ready = f"http://127.0.0.1:{local}{served.probe.ready}"
-    return Component(name, argv, health=ready, env=((port.variable, str(local)),))
 
 
 @dataclass(frozen=True)
@@ -139,16 +103,10 @@ def up(
         docker_url = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         console.print(f"registered {register_tools(env['BH_STORE_URL'], docker_url)}")
     wanted = extra + _components(brains, hands, plugins, tools, sandbox)
-    for component in wanted:
-        record = read_pidfile(place.pidfile(component.name))
-        if record is not None and is_running(record):
-            continue
-        started = spawn(
-            component.argv, log_path=place.log(component.name), env=process_env(env, component)
-        )
-        write_pidfile(place.pidfile(component.name), started)
-    _retire_extra(place, {c.name for c in wanted})
-    _await_health(place, wanted)
+    fleet = Fleet(place.root, env, wanted, detached=True)
+    fleet.ensure()
+    fleet.retire()  # scaling down: brain-N / hands-N beyond the numbers asked for
+    fleet.await_healthy()
     if brains:
         await_routes(env["BH_REDIS_URL"], namespace)
     exports = {
@@ -171,13 +129,8 @@ def up(
 
 def down() -> None:
     """Stop every process `bh up` started (the infrastructure stays: `bh dev down`)."""
-    place = layout()
-    for pidfile in sorted((place.root / "run").glob("*.pid")):
-        record = read_pidfile(pidfile)
-        if record is not None:
-            outcome = stop(record, timeout=timedelta(seconds=20))
-            console.print(f"{pidfile.stem}: {outcome.value}")
-        remove_pidfile(pidfile)
+    for name, outcome in Fleet(layout().root, {}, [], detached=True).stop_detached().items():
+        console.print(f"{name}: {outcome.value}")
 
 
 def status() -> None:
@@ -194,11 +147,6 @@ def system_env(
     env["BH_HANDS_SANDBOX"] = sandbox
     env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
     return env | _secrets(place)
-
-
-def process_env(env: dict[str, str], component: Component) -> dict[str, str]:
-    """One process's environment: ``env``, its own variables, NATS as its role only."""
-    return role_env(env | dict(component.env), component.name)
 
 
 def _components(
@@ -219,36 +167,13 @@ def _components(
         if served.kind is Kind.JOB:
             continue
         if not served.scales:
-            found.append(_process(served, served.name, extra))
+            found.append(from_table(served, served.name, extra))
             continue
         found += [
-            _process(served, f"{served.name}-{n}", extra, n)
+            from_table(served, f"{served.name}-{n}", extra, n)
             for n in range(1, counts[served.name] + 1)
         ]
     return found
-
-
-def _retire_extra(place: Layout, wanted: set[str]) -> None:
-    """Scale down: stop brain-N / hands-N beyond the numbers asked for."""
-    for pidfile in (place.root / "run").glob("*.pid"):
-        if pidfile.stem not in wanted:
-            record = read_pidfile(pidfile)
-            if record is not None:
-                stop(record, timeout=timedelta(seconds=20))
-            remove_pidfile(pidfile)
-
-
-def _await_health(place: Layout, components: list[Component]) -> None:
-    deadline = time.monotonic() + 60
-    for component in components:
-        if component.health is None:
-            continue
-        while not _answers(component.health):
-            record = read_pidfile(place.pidfile(component.name))
-            if record is None or not is_running(record) or time.monotonic() > deadline:
-                tail = log_tail(place.log(component.name))
-                raise SystemExit(f"{component.name} did not come up:\n{tail}")
-            time.sleep(0.2)
 
 
 def await_routes(redis_url: str, namespace: str) -> None:
@@ -265,23 +190,14 @@ def await_routes(redis_url: str, namespace: str) -> None:
         client.close()
 
 
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _show(place: Layout) -> None:
     table = Table("process", "state", "pid", "log", title=f"bh up ({place.root})")
-    for pidfile in sorted((place.root / "run").glob("*.pid")):
-        record = read_pidfile(pidfile)
-        running = record is not None and is_running(record)
+    for name, pid in Fleet(place.root, {}, [], detached=True).running().items():
         table.add_row(
-            pidfile.stem,
-            "[green]running[/]" if running else "[red]stopped[/]",
-            str(record.pid) if record else "",
-            str(place.log(pidfile.stem)),
+            name,
+            "[green]running[/]" if pid is not None else "[red]stopped[/]",
+            str(pid or ""),
+            str(place.log(name)),
         )
     console.print(table)
 

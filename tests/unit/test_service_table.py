@@ -16,6 +16,7 @@ import yaml
 from bh import system
 from bh.deploy import SECRETS_DIR, SERVICES, Kind, Source, service
 from bh.devstack.auth import ROLES
+from bh.fleet import Fleet
 from tests.support.deploy_views import View, compose_views, differences, k8s_views, table_view
 from tests.support.k8s import OVERLAYS, documents
 from tests.support.processes import ROOT
@@ -130,6 +131,7 @@ def test_bh_up_runs_the_table(tmp_path: Path) -> None:
     env = system.system_env(
         dev, system.Layout(tmp_path), store=None, namespace="bh", sandbox="process"
     )
+    fleet = Fleet(tmp_path, env, components, detached=True)
     names = [c.name for c in components]
     assert names == [
         "scheduler",
@@ -153,7 +155,7 @@ def test_bh_up_runs_the_table(tmp_path: Path) -> None:
             assert health.port == port and ("--port", str(port)) == component.argv[-2:]
         else:
             assert dict(component.env) == {"BH_PROBE_PORT": str(health.port)}
-        given = system.process_env(env, component)
+        given = fleet.environment(component.name)
         needed = {v.local_name for v in served.env if v.local_name is not None}
         assert needed - given.keys() == set(), component.name
         nats = given.get("BH_NATS_URL")
