@@ -131,7 +131,8 @@ SERVICES: Final = (
         ),
         ports=(Port("api", SESSION_API_PORT, "BH_SESSION_API_PORT"),),
         probe=Probe("api"),
-        scaling="request rate and open event streams (CPU); stateless",
+        scaling="request rate and open event streams (CPU); stateless; its /metrics feed "
+        "the Brains' autoscaler",
     ),
     Service(
         name="hands-api",
@@ -164,8 +165,8 @@ SERVICES: Final = (
         probe=Probe("probe"),
         nats_role="brain",
         scales=True,
-        scaling="wake backlog (RQ wake queues' length) and its age; sessions driven per "
-        "Brain (--concurrency, 8)",
+        scaling="wake backlog on the routes Brains serve and the oldest wake's age (the "
+        "Session API's /metrics); sessions driven per Brain (--concurrency, 8)",
     ),
     Service(
         name="hands",
