@@ -378,15 +378,8 @@ class Operations:
         services, op_id = self._services, record.operation_id
         args: dict[str, Any] = dict(record.args) if isinstance(record.args, dict) else {}
         services.crash.reached(f"call:before:query:{spec.name}")
-        try:
-            answer = await services.tools.query(spec.name, args, operation_id=op_id)
-        except OutcomeUnknown as error:
-            # No answer is no outcome: the phase is retried and asks again (never sends)
-            raise RecoveryPending(
-                f"operation {op_id} ({spec.name}): its query did not answer "
-                f"({error.message}); asked again on a later attempt",
-                operation_id=op_id,
-            ) from error
+        # no answer (``QueryUnanswered``, retryable): the phase is retried, never sends
+        answer = await services.tools.query(spec.name, args, operation_id=op_id)
         services.crash.reached(f"call:after:query:{spec.name}")
         if not answer.found:
             return None

@@ -70,6 +70,9 @@ class BrainService:
         self.redis_url = redis_url
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
+        #: after SIGTERM, how long running drives may take to end (then the leases are
+        #: handed back all the same: a drive still running commits nothing past them)
+        self.drain = timedelta(seconds=10)
         self.busy_retry = busy_retry
         self.routes = routes
         #: what this Brain advertises: its kinds and versions, and its model by name
@@ -216,8 +219,9 @@ class BrainService:
         for worker in list(self._workers.values()):
             worker.stop()
         self._stopped.set()
+        deadline = time.monotonic() + self.drain.total_seconds()  # once, for every slot
         for thread in list(self._threads.values()):
-            await asyncio.to_thread(thread.join, 10)
+            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
         for lease in list(self._held.values()):
             with contextlib.suppress(Exception):
                 await self.leases.release(lease)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import Field, JsonValue
 
-from contracts import InvalidInput, NotFound, ReplayPolicy
+from contracts import BrainhandsError, InvalidInput, NotFound, OutcomeUnknown, ReplayPolicy
 from contracts.arguments import argument_problem
 from contracts.model import Frozen
 from contracts.tool import ToolDefinition
@@ -37,6 +37,15 @@ class ToolSpec(Frozen):
     timeout: timedelta = timedelta(seconds=60)
     #: run by the Hands in a sandbox: a call commits an intent and waits for the result
     sandboxed: bool = False
+
+
+class QueryUnanswered(BrainhandsError):
+    """A query entry point got no answer (a timeout, a dropped connection): that is no
+    outcome of anything — the phase that asked is retried and asks again; nothing is
+    sent, and no task fails for it."""
+
+    code = "query_unanswered"
+    retryable = True
 
 
 class QueryAnswer(Frozen):
@@ -118,10 +127,19 @@ class LocalDispatcher:
         return await tool.run(args, operation_id)
 
     async def query(self, name: str, args: dict[str, Any], *, operation_id: str) -> QueryAnswer:
+        """What the tool's query entry point knows; ``QueryUnanswered`` (retryable) when
+        it got no answer — its ``OutcomeUnknown`` is about the query, not the action."""
         tool = self._tool(name)
         if tool.query is None:
             raise InvalidInput(f"tool {name!r} has no query entry point")
-        return await tool.query(args, operation_id)
+        try:
+            return await tool.query(args, operation_id)
+        except OutcomeUnknown as error:
+            raise QueryUnanswered(
+                f"operation {operation_id} ({name}): its query did not answer "
+                f"({error.message}); asked again on a later attempt",
+                operation_id=operation_id,
+            ) from error
 
     def _tool(self, name: str) -> LocalTool:
         tool = self._tools.get(name)

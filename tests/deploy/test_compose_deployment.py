@@ -43,6 +43,7 @@ from bh.chaos_report import ChaosReport, show
 from bh.chaos_services import ChaosServices, chaos_services
 from bh.deploy_secrets import SERVICE_GID
 from bh.deploy_secrets import ensure as ensure_secrets
+from bh.doctor import examine
 from bh.granted_tool import destination, write_credentials
 from bh.infra_images import build_infra_images
 from bh.service_image import SERVICE_REPOSITORY
@@ -177,6 +178,7 @@ async def _run(
             forger=Forger(dict(os.environ), "bh", deployment.work),
             storms=CancelStorms(api, token, store),
         )
+        report.violations += await _doctor(deployment, api, token)
     finally:
         await store.close()
     print(
@@ -287,6 +289,22 @@ async def _store(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> Ses
     return await open_store(
         f"s3://brainhands?endpoint_url=http://127.0.0.1:{port}&region=us-east-1"
     )
+
+
+async def _doctor(deployment: Deployment, api: str, token: str) -> list[str]:
+    """``bh doctor`` against the deployment after the run: both APIs, every Brain's probes
+    (on the network outside, which only the Brains join), a probe session to its answer,
+    the Hands API's metrics. Each failed check is a violation."""
+    secrets = deployment.env["BH_SECRETS"]
+    hands_api = f"http://127.0.0.1:{deployment.env['BH_HANDS_API_PORT']}"
+    brains = await deployment.addresses(await deployment.found("brain"))
+    probes = [f"http://{address}:8081" for address in brains]
+    rows = await examine(
+        api, token, hands_api, _admin_token(secrets, "hands-api.tokens"), probes, within=120
+    )
+    failed = [row for row in rows if not row.ok]
+    print(f"deploy run: bh doctor: {len(rows) - len(failed)} of {len(rows)} checks passed")
+    return [f"bh doctor: {row.check}: {row.detail}" for row in failed]
 
 
 def _admin_token(secrets: str, name: str) -> str:

@@ -6,6 +6,7 @@ run on every backend: SQLite, S3 and DynamoDB (the ``location`` fixture)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -49,6 +50,7 @@ async def brain(
     registry: Registry,
     *,
     clock: Callable[[], datetime] = utcnow,
+    concurrency: int = 2,
 ) -> AsyncIterator[BrainService]:
     client = redis_client.connect(url)
     kernel = Kernel(store, registry, LocalDispatcher(), SessionClient(store))
@@ -59,7 +61,7 @@ async def brain(
         leases=RedisLeases(client, prefix=prefix),
         wakes=wakes,
         redis_url=url,
-        concurrency=2,
+        concurrency=concurrency,
         lease_ttl=timedelta(seconds=2),
     )
     running = asyncio.create_task(service.run())
@@ -266,3 +268,46 @@ async def _all_answered_ids(store: SessionStore, sessions: list[str]) -> bool:
         if submission is None or submission.status is not SubmissionStatus.ANSWERED:
             return False
     return True
+
+
+async def test_shutdown_waits_for_running_drives_once_not_once_per_slot(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """SIGTERM with every slot inside a drive that does not end: the Brain waits its
+    drain time once for all of them, then hands its leases back and exits. (It waited
+    the drain time per slot in turn: under load, 30 s after SIGTERM a compose Brain was
+    still waiting, and was killed with its leases held.)"""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    inside: list[str] = []
+    release = asyncio.Event()
+
+    async def stuck(ctx: PhaseContext) -> PhaseOutcome:
+        inside.append(ctx.session_id)
+        await release.wait()
+        return Done(result="late")
+
+    registry = Registry()
+    registry.add(kind("stuck", {"start": stuck}))
+    sessions = [f"s{n}" for n in range(4)]
+    wakes = RQWakes(redis_url, prefix=prefix)
+    try:
+        async with brain(store, redis_url, prefix, "brain-a", registry, concurrency=4) as service:
+            service.drain = timedelta(seconds=2)
+            for session in sessions:
+                await SessionClient(store).submit(session, "r1", {"task": {"kind": "stuck"}})
+                await wakes.wake(session, reason="submission")
+            await assert_eventually(lambda: _all_inside(inside, sessions), within=30)
+            started = time.monotonic()
+            await asyncio.wait_for(service.shutdown(), 30)
+            took = time.monotonic() - started
+            release.set()
+        assert took < 6, f"shutdown took {took:.1f} s with a 2 s drain"
+    finally:
+        release.set()
+        wakes.close()
+        await store.close()
+
+
+async def _all_inside(inside: list[str], sessions: list[str]) -> bool:
+    return sorted(inside) == sorted(sessions)

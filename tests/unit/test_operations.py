@@ -270,3 +270,38 @@ async def test_a_query_that_does_not_answer_is_asked_again_not_a_failed_task(
         assert task.outcome is Outcome.SUCCEEDED, task.error
         assert len(sent) == 1 and len(queries) == 2
         assert task.result == "sent"
+
+
+async def test_a_phase_whose_own_query_gets_no_answer_is_retried_not_failed(
+    tmp_path: Path,
+) -> None:
+    """The five-emails batch confirms each send with the service's query in a phase of
+    its own. A query without an answer (a connect timeout on a loaded host: the compose
+    deployment's run 12) is no outcome of anything: the phase is retried, the task does
+    not fail."""
+    queries: list[str] = []
+
+    async def send(args: dict[str, Any], operation_id: str) -> Any:
+        return {"sent": operation_id}
+
+    async def query(args: dict[str, Any], operation_id: str) -> QueryAnswer:
+        queries.append(operation_id)
+        if len(queries) == 1:
+            raise OutcomeUnknown(
+                "no answer to the query (ConnectTimeout)", operation_id=operation_id
+            )
+        return QueryAnswer(found=True, output={"id": operation_id})
+
+    async def confirm(ctx: PhaseContext) -> Done:
+        answer = await ctx.services.tools.query("mail", {}, operation_id="op-confirm")
+        return Done(result=answer.found)
+
+    registry = Registry()
+    registry.add(kind("confirm", {"start": confirm}, max_attempts=3))
+    async with kernel(tmp_path, registry) as k:
+        k.tools.register(ToolSpec(name="mail", replay=ReplayPolicy.UNSAFE), send, query)
+        await k.submit_task("confirm")
+        await asyncio.wait_for(k.run(), 20)
+        task = await k.task("root.r1")
+        assert task.outcome is Outcome.SUCCEEDED, task.error
+        assert task.result is True and len(queries) == 2
