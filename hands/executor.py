@@ -669,6 +669,10 @@ class Executor:
             if record.cancel is None:
                 return True  # overdue: the next delivery finds no container and recovers
         definition = await self._definition(record.tool, record.tool_version)
+        try:  # the record names who collects it, as a reconnect's does
+            record = await self._claim(record, definition, new_attempt=False)
+        except Busy:
+            return False  # its handler (or another reaper) wrote first: theirs to finish
         outcome = await self._sandboxed(record, definition, DispatchMode.RUN, collect=True)
         if outcome.absent:
             return False  # collected by its own Hands meanwhile (or killed): nothing here

@@ -564,3 +564,18 @@ async def test_a_run_removed_without_a_recorded_cancel_is_an_unknown_outcome(
     result = await asyncio.wait_for(running, 20)
     assert result is not None
     assert (result.succeeded, result.path) == (True, "replayed"), result.error
+
+
+async def test_the_reaper_claims_what_it_collects(hands: Hands) -> None:
+    """A run whose Hands died, collected by another Hands' reaper before any redelivery:
+    the record names the collector, as a reconnect's claim does."""
+    d = dispatch()
+    record = await hands.executor("dead")._record(d)
+    definition = await hands.store.tools.get("safe", 1)
+    assert definition is not None
+    await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
+    await hands.sandbox.run(spec)
+    assert await hands.executor("b").reconcile() == ["bh-op-1"]
+    final = await _record(hands, "op-1")
+    assert (final.executor, final.attempts, final.status) == ("b", 1, OperationStatus.SUCCEEDED)
