@@ -8,7 +8,9 @@ then the monitor. That order matters: an OSD stopped while its monitor runs is r
 down, and the next start is ready in ~5 s; stopped together, the monitor still believes
 the old OSD up, and radosgw's first reads wait ~10 s for it. So the daemons run in
 sessions of their own, out of reach of the signal ``bh dev down`` sends this process's
-group; they get SIGTERM should this process die without stopping them, and the next
+group; they get SIGKILL should this process die without stopping them (with SIGTERM, an
+OSD whose monitor was going down with it could wait on the monitor for minutes; every
+daemon's store survives SIGKILL, as it survives the machine going down), and the next
 start waits for such leftovers to exit.
 """
 
@@ -169,5 +171,5 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM when this process dies, however it dies."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the child: get SIGKILL when this process dies, however it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
