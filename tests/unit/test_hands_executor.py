@@ -433,6 +433,9 @@ async def test_verify_records_what_the_query_found(hands: Hands) -> None:
 
 
 async def test_the_reaper_collects_an_exited_run_nobody_collected(hands: Hands) -> None:
+    """Its Hands died after the run ended, before any redelivery: another Hands' reaper
+    claims it (the record names the collector, as a reconnect's claim does; of two
+    collectors one wins) and writes its result."""
     d = dispatch()
     record = await hands.executor("dead")._record(d)
     definition = await hands.store.tools.get("safe", 1)
@@ -440,12 +443,14 @@ async def test_the_reaper_collects_an_exited_run_nobody_collected(hands: Hands) 
     await hands.executor("dead")._claim(record, definition, new_attempt=True)
     spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
     await hands.sandbox.run(spec)  # ran to the end; its executor died before the result
-    touched = await hands.executor().reconcile()
+    touched = await hands.executor("b").reconcile()
     assert touched == ["bh-op-1"]
     result = await hands.store.get_operation_result("op-1")
     assert result is not None and result.succeeded
     assert hands.runs() == ["op-1"]
     assert await hands.sandbox.state("op-1", DispatchMode.RUN) is None
+    final = await _record(hands, "op-1")
+    assert (final.executor, final.attempts, final.status) == ("b", 1, OperationStatus.SUCCEEDED)
 
 
 async def _record(hands: Hands, op: str) -> Operation:
@@ -564,18 +569,3 @@ async def test_a_run_removed_without_a_recorded_cancel_is_an_unknown_outcome(
     result = await asyncio.wait_for(running, 20)
     assert result is not None
     assert (result.succeeded, result.path) == (True, "replayed"), result.error
-
-
-async def test_the_reaper_claims_what_it_collects(hands: Hands) -> None:
-    """A run whose Hands died, collected by another Hands' reaper before any redelivery:
-    the record names the collector, as a reconnect's claim does."""
-    d = dispatch()
-    record = await hands.executor("dead")._record(d)
-    definition = await hands.store.tools.get("safe", 1)
-    assert definition is not None
-    await hands.executor("dead")._claim(record, definition, new_attempt=True)
-    spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=d.args)
-    await hands.sandbox.run(spec)
-    assert await hands.executor("b").reconcile() == ["bh-op-1"]
-    final = await _record(hands, "op-1")
-    assert (final.executor, final.attempts, final.status) == ("b", 1, OperationStatus.SUCCEEDED)
