@@ -59,12 +59,16 @@ def test_the_autoscalers_ask_for_metrics_the_adapter_serves(overlay: str) -> Non
         for metric in doc["spec"]["metrics"]
         if metric["type"] == "External"
     }
-    assert asked == served == {
-        "brainhands_wake_backlog",
-        "brainhands_wake_age",
-        "brainhands_dispatch_demand",
-        "brainhands_dispatch_age",
-    }
+    assert (
+        asked
+        == served
+        == {
+            "brainhands_wake_backlog",
+            "brainhands_wake_age",
+            "brainhands_dispatch_demand",
+            "brainhands_dispatch_age",
+        }
+    )
 
 
 def _secret_references(node: object) -> list[str]:
