@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -53,6 +54,8 @@ class ConsumerSettings(Frozen):
     reap_every: timedelta = timedelta(seconds=60)
     #: between attempts to bind the dispatch consumer (NATS away, stream missing)
     rebind_every: timedelta = timedelta(seconds=1)
+    #: while fetches come back empty, how often to ask whether the consumer still exists
+    consumer_check: timedelta = timedelta(seconds=3)
 
 
 class HandsService:
@@ -63,6 +66,7 @@ class HandsService:
         self.executor = executor
         self.settings = settings
         self._busy = 0
+        self._consumer_checked = time.monotonic()
         self._freed = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -102,8 +106,8 @@ class HandsService:
                     await self._freed.wait()
                     continue
                 messages = await self._fetch(pull, free)
-                if messages is None:  # the consumer is gone or NATS is away: bind again
-                    pull = await self._rebind(pull)
+                if messages is None or (not messages and await self._consumer_gone()):
+                    pull = await self._rebind(pull)  # gone, or NATS away: bind again
                     continue
                 for message in messages:
                     self._start(message)
@@ -142,6 +146,24 @@ class HandsService:
             stream=self.bus.stream(DISPATCH_STREAM),
             config=config,
         )
+
+    async def _consumer_gone(self) -> bool:
+        """Whether the dispatch consumer is gone (asked at most every ``consumer_check``
+        while fetches come back empty): nats-py reads a deleted consumer's answers to a
+        pull (409, 404) as "no messages yet", so a Hands whose consumer NATS lost (a
+        restart without its data, an operator's delete) would otherwise wait forever."""
+        now = time.monotonic()
+        if now - self._consumer_checked < self.settings.consumer_check.total_seconds():
+            return False
+        self._consumer_checked = now
+        try:
+            await self.bus.js.consumer_info(self.bus.stream(DISPATCH_STREAM), CONSUMER)
+        except nats.js.errors.NotFoundError:
+            log.warning("the dispatch consumer is gone; binding it again")
+            return True
+        except (nats.errors.Error, OSError):
+            return False  # NATS away: the next fetch says so
+        return False
 
     async def _fetch(self, pull: Any, batch: int) -> list[Msg] | None:
         """Up to ``batch`` dispatches; None when fetching failed otherwise than by timing

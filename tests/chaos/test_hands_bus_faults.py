@@ -25,7 +25,7 @@ from bus import DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus
 from contracts import CommitRecord, Outcome
 from contracts.tool import Dispatch
 from hands.sandbox.process import ProcessSandbox
-from hands.service import CONSUMER
+from hands.service import CONSUMER, HandsService
 from session_store import SessionStore, layout, open_store
 from session_store.codec import decode
 from session_store.submissions import SessionClient
@@ -124,6 +124,31 @@ async def test_a_dispatch_stream_lost_under_a_running_hands_is_consumed_again(
     result = await store.get_operation_result("op-after")
     assert result is not None and result.succeeded, result
     assert runs(ledger) == ["op-after"]
+    await store.close()
+
+
+async def test_a_consumer_lost_without_a_fetch_error_is_bound_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py reads some answers of the server to a pull of a deleted consumer (409
+    consumer deleted, 404) as "no messages yet": the fetches just come back empty, and a
+    Hands waiting for an error waits forever (the test above failed so in full runs, with
+    no "fetch failed" logged). Here every fetch comes back empty, as then: the Hands asks
+    whether its consumer still exists while fetches are empty, and binds it again."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+
+    async def empty(self: HandsService, pull: object, batch: int) -> list[object]:
+        await asyncio.sleep(0.2)
+        return []
+
+    monkeypatch.setattr(HandsService, "_fetch", empty)
+    async with (
+        scratch_bus() as bus,
+        running_hands(store, ProcessSandbox(tmp_path / "runs"), bus),
+    ):
+        await assert_eventually(lambda: _consumer_exists(bus), within=10)
+        await bus.js.delete_stream(bus.stream(DISPATCH_STREAM))
+        await assert_eventually(lambda: _consumer_exists(bus), within=10)
     await store.close()
 
 
