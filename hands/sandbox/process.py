@@ -77,12 +77,7 @@ class ProcessSandbox:
             self._start(spec, where)
         started = _started(where)
         if started is None:  # removed meanwhile (``kill``: the run was cancelled)
-            return RunOutcome(
-                termination=Termination.CANCELLED,
-                container=name,
-                reconnected=reconnected,
-                detail="the run was removed before its end was read (killed)",
-            )
+            return _removed(name, reconnected)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
         limit = spec.tool.limits.output_bytes
         termination: Termination | None = None
@@ -95,6 +90,8 @@ class ProcessSandbox:
                 self._stop(where)
                 break
             if not _alive(where):
+                if not where.exists():  # killed and removed while followed
+                    return _removed(name, reconnected)
                 if (where / "pid").exists() or (where / "exit").exists():
                     break
                 if datetime.now(UTC) > started + self.start_grace:
@@ -241,6 +238,15 @@ class ProcessSandbox:
 
     async def close(self) -> None:
         return None
+
+
+def _removed(name: str, reconnected: bool) -> RunOutcome:
+    return RunOutcome(
+        termination=Termination.CANCELLED,
+        container=name,
+        reconnected=reconnected,
+        detail="the run was removed before its end was read (killed)",
+    )
 
 
 def _command(spec: RunSpec) -> tuple[str, ...]:
