@@ -191,6 +191,8 @@ class BrainService:
                 await routes.advertise(self.offers)
             except StoreUnavailable as error:
                 log.warning("cannot advertise: %s", error.message)
+            except Exception:  # one bad advertisement must not stop the advertising
+                log.exception("advertising failed")
 
     @property
     def beat_interval(self) -> float:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from contracts import StoreUnavailable, SubmissionStatus, TaskInput, TextInput
 from session_store import SessionState, SessionStore
@@ -53,14 +54,14 @@ class Routes:
         value = json.dumps({"kinds": keys, "until": time.time() + ADVERTISEMENT_S})
         try:
             await self._redis.hset(self._key, route, value)
-        except OSError as error:
+        except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot advertise route {route}: {error}") from None
         return route
 
     async def live(self) -> dict[str, frozenset[str]]:
         try:
             found = await self._redis.hgetall(self._key)
-        except OSError as error:
+        except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot read the routes: {error}") from None
         now, routes = time.time(), {}
         for route, raw in found.items():

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,14 +22,15 @@ from brain.tools import LocalDispatcher
 from contracts import CONTROL_DOCUMENT, SubmissionStatus
 from coordination import redis_client
 from coordination.leases import RedisLeases
-from coordination.routes import Routes, SessionRouter
+from coordination.routes import ADVERTISEMENT_S, Routes, SessionRouter
 from coordination.wakes import RQWakes
-from session_store import SessionStore
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kind
 from tests.support.services import require
 from tests.support.stores import StoreLocation
+from tests.support.tcp_gate import TcpGate
 
 pytestmark = pytest.mark.redis
 
@@ -111,3 +114,30 @@ async def _answered(store: SessionStore, session_id: str) -> bool:
 async def _blocked(store: SessionStore, session_id: str) -> object:
     control = (await store.session(session_id)).state.documents.get(CONTROL_DOCUMENT)
     return control.body.get("blocked") if control and isinstance(control.body, dict) else None
+
+
+async def test_a_brain_advertises_its_route_again_after_redis_comes_back(
+    tmp_path: Path,
+) -> None:
+    """Redis restarting (the compose deployment's fault) broke a Brain's advertising for
+    good: redis-py's ConnectionError is no OSError, so it ended the advertising task, the
+    route lapsed 15 s later and the Brain stayed not ready (``route … is not
+    advertised``) and unwoken while it ran."""
+    url = require("BH_REDIS_URL", "Redis")
+    redis = urlsplit(url)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
+        gated = url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
+        async with brain(store, gated, prefix, "brain-echo", ["echo"]) as service:
+            gate.shut()
+            await asyncio.sleep(ADVERTISEMENT_S / 3 + 1)  # an advertisement meets it
+            gate.open()
+            await asyncio.sleep(ADVERTISEMENT_S + 1)  # what was advertised before lapsed
+            control = redis_client.connect(url)
+            try:
+                routes = Routes(control, prefix=prefix)
+                await assert_eventually(lambda: _advertised(routes, service.route), within=10)
+            finally:
+                await control.aclose()
+    await store.close()
