@@ -94,7 +94,9 @@ class HandsService:
 
     async def run(self) -> None:
         """Consume until ``shutdown``."""
-        pull = await self._consumer()
+        pull = await self._bind()
+        if pull is None:
+            return  # shut down before it was bound
         self._subscriptions.append(pull)
         self._subscriptions.append(await self.bus.listen(CANCEL_SUBJECT, self._on_cancel))
         reaper = asyncio.create_task(self._reap_periodically())
@@ -178,17 +180,25 @@ class HandsService:
             await asyncio.sleep(self.settings.rebind_every.total_seconds())
             return None
 
-    async def _rebind(self, stale: Any) -> Any:
-        """Bind the dispatch consumer again, re-creating the streams first (NATS may
-        have lost them with its data), until it works or the service stops."""
+    async def _bind(self) -> Any:
+        """Bind the dispatch consumer, re-creating the streams first (NATS may have lost
+        them with its data, or lose them while this starts), until it works; None once
+        the service stops."""
         while not self._stopping.is_set():
             try:
                 await self.bus.ensure_streams()
-                fresh = await self._consumer()
+                return await self._consumer()
             except (nats.errors.Error, OSError, BrainhandsError) as error:
                 log.warning("cannot bind the dispatch consumer (%s); retrying", error)
                 await asyncio.sleep(self.settings.rebind_every.total_seconds())
-                continue
+        return None
+
+    async def _rebind(self, stale: Any) -> Any:
+        """Bind the dispatch consumer again (``_bind``) in place of ``stale``."""
+        while not self._stopping.is_set():
+            fresh = await self._bind()
+            if fresh is None:
+                break
             await _unsubscribe(stale)
             if self._stopping.is_set():  # shutdown already released the subscriptions
                 await _unsubscribe(fresh)

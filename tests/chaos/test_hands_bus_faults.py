@@ -136,8 +136,10 @@ async def test_a_consumer_lost_without_a_fetch_error_is_bound_again(
     no "fetch failed" logged). Here every fetch comes back empty, as then: the Hands asks
     whether its consumer still exists while fetches are empty, and binds it again."""
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    fetching = asyncio.Event()
 
     async def empty(self: HandsService, pull: object, batch: int) -> list[object]:
+        fetching.set()
         await asyncio.sleep(0.2)
         return []
 
@@ -146,7 +148,7 @@ async def test_a_consumer_lost_without_a_fetch_error_is_bound_again(
         scratch_bus() as bus,
         running_hands(store, ProcessSandbox(tmp_path / "runs"), bus),
     ):
-        await assert_eventually(lambda: _consumer_exists(bus), within=10)
+        await asyncio.wait_for(fetching.wait(), 10)  # bound: its start is over
         await bus.js.delete_stream(bus.stream(DISPATCH_STREAM))
         await assert_eventually(lambda: _consumer_exists(bus), within=10)
     await store.close()
