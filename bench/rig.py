@@ -36,7 +36,7 @@ from rq import Worker
 
 from bh.deploy import service
 from bh.devstack import binaries
-from bh.fleet import Fleet, from_table
+from bh.fleet import Fleet
 from contracts import CommitRecord
 from coordination import redis_client
 from coordination.leases import RedisLeases
@@ -74,8 +74,8 @@ def hands_argv(*, concurrency: int = 4) -> list[str]:
 
 
 def _module(name: str) -> list[str]:
-    """``python -m`` the service table's module of ``name`` (``bh.fleet.from_table``)."""
-    return list(from_table(service(name), name, port=0).argv)
+    """``python -m`` the service table's module of ``name`` (as ``bh.fleet.from_table``)."""
+    return [PYTHON, "-m", *service(name).module]
 
 
 @dataclass

@@ -43,15 +43,15 @@ def wake_backlog(client: redis.Redis, prefix: str, now: float | None = None) -> 
         name for name in (_text(raw) for raw in client.smembers(_QUEUES)) if name.startswith(head)
     )
     served = _served(client, prefix, now)
-    routes = {name.removeprefix(head) for name in queues} | served
+    routes = sorted({name.removeprefix(head) for name in queues} | served)
     with client.pipeline(transaction=False) as pipe:
-        for route in sorted(routes):
+        for route in routes:
             pipe.llen(head + route)
             pipe.lindex(head + route, 0)
         answers = pipe.execute()
     found: list[RouteBacklog] = []
     heads: dict[str, str] = {}
-    for index, route in enumerate(sorted(routes)):
+    for index, route in enumerate(routes):
         waiting, first = int(answers[2 * index] or 0), answers[2 * index + 1]
         if waiting and first is not None:
             heads[route] = _text(first)
