@@ -33,11 +33,13 @@ from session_api.views import (
     COMMIT_EVENT,
     ERROR_EVENT,
     VIEW_EVENT,
+    AnswerRequest,
     CancelAccepted,
     CancelRequest,
     CommitEvent,
     EntryView,
     OutboxView,
+    QuestionView,
     SessionList,
     SessionView,
     SubmissionView,
@@ -93,6 +95,15 @@ class SessionApiClient(ApiClient):
         body = SubmitRequest(request_id=request_id, input=input, conversation_id=conversation_id)
         response = await self._request(
             "POST", f"/v1/sessions/{session_id}/submissions", json=body.model_dump(mode="json")
+        )
+        return Submitted(
+            submission=self._parse(SubmissionView, response), created=response.status_code == 201
+        )
+
+    async def answer(self, session_id: str, body: AnswerRequest) -> Submitted:
+        """Answer an open question once per request id (a repeat returns the original)."""
+        response = await self._request(
+            "POST", f"/v1/sessions/{session_id}/inputs", json=body.model_dump(mode="json")
         )
         return Submitted(
             submission=self._parse(SubmissionView, response), created=response.status_code == 201
@@ -262,9 +273,23 @@ def merge(view: SessionView, commit: CommitEvent, *, keep_entries: int = 20) -> 
             "entry_count": view.entry_count + len(commit.entries),
             "outbox": outbox,
             "operations": operations,
+            "questions": _questions(tasks.values()),
             "active": _active(tasks.values(), submissions.values(), outbox),
         }
     )
+
+
+def _questions(tasks: Iterable[TaskView]) -> list[QuestionView]:
+    """The open questions, as the server lists them (``describe.open_questions``)."""
+    asked = [
+        QuestionView(task_id=task.id, question=task.wait.question)
+        for task in tasks
+        if task.waiting_for_input
+        and task.wait is not None
+        and task.wait.question is not None
+        and not task.cancel_requested
+    ]
+    return sorted(asked, key=lambda view: view.question.asked_at)
 
 
 def needs_refresh(commit: CommitEvent) -> bool:

@@ -1,4 +1,5 @@
-"""``bh submit | sessions | show | watch | cancel``: sessions through the Session API.
+"""``bh submit | answer | approve | deny | sessions | show | watch | cancel``: sessions
+through the Session API.
 
 The API is found by ``--api-url`` / ``BH_SESSION_API_URL`` and authenticated with
 ``--token`` / ``BH_SESSION_API_TOKEN`` (prefer the variable: options show in ``ps``).
@@ -27,9 +28,11 @@ from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
 from contracts import BrainhandsError, SubmissionStatus, TaskStatus
+from contracts.question import APPROVE, DENY
 from runtime.cancellation import cancel_and_wait
 from session_api.views import (
     DEFAULT_CANCEL_REASON,
+    AnswerRequest,
     OperationView,
     SessionSummary,
     SessionView,
@@ -65,16 +68,17 @@ ApiToken = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 SessionArg = Annotated[str, typer.Argument(help="The session's id.")]
 Entries = Annotated[int, typer.Option(min=0, max=500, help="How many recent entries to show.")]
+RequestIdOption = Annotated[
+    str | None,
+    typer.Option(help="Idempotency key: repeating it returns the original [a new uuid]."),
+]
 
 
 @app.command()
 def submit(
     session_id: SessionArg,
     text: Annotated[str, typer.Argument(help="The input (a message for the session's agent).")],
-    request_id: Annotated[
-        str | None,
-        typer.Option(help="Idempotency key: resubmitting it returns the original [a new uuid]."),
-    ] = None,
+    request_id: RequestIdOption = None,
     json_input: Annotated[
         bool,
         typer.Option(
@@ -101,6 +105,87 @@ def submit(
     sub = submitted.submission
     said = "submitted" if submitted.created else "already submitted: the original, no new work"
     console.print(f"{sub.request_id} {said} to {session_id} ({sub.status.value})", highlight=False)
+
+
+@app.command()
+def answer(
+    session_id: SessionArg,
+    question_id: Annotated[str, typer.Argument(help="The open question's id (bh show).")],
+    value: Annotated[str, typer.Argument(help="The answer (text, or JSON with --json-value).")],
+    json_value: Annotated[
+        bool, typer.Option("--json-value", help="VALUE is JSON (for a json question).")
+    ] = False,
+    by: Annotated[str | None, typer.Option(help="Who answers [the token's name].")] = None,
+    why: Annotated[str | None, typer.Option(help="Why (recorded with the answer).")] = None,
+    request_id: RequestIdOption = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Answer an open question of a waiting task (the first accepted answer wins)."""
+    given = _json_input(value) if json_value else value
+    _answer(session_id, question_id, given, by, why, request_id, api_url, token, as_json)
+
+
+@app.command()
+def approve(
+    session_id: SessionArg,
+    question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
+    why: Annotated[str | None, typer.Option(help="Why (recorded).")] = None,
+    by: Annotated[str | None, typer.Option(help="Who approves [the token's name].")] = None,
+    request_id: RequestIdOption = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Approve a tool call waiting for approval: it is dispatched then."""
+    _answer(session_id, question_id, APPROVE, by, why, request_id, api_url, token, as_json)
+
+
+@app.command()
+def deny(
+    session_id: SessionArg,
+    question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
+    why: Annotated[str | None, typer.Option(help="Why (the model reads it).")] = None,
+    by: Annotated[str | None, typer.Option(help="Who denies [the token's name].")] = None,
+    request_id: RequestIdOption = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Deny a tool call waiting for approval: it never runs; the model is told why."""
+    _answer(session_id, question_id, DENY, by, why, request_id, api_url, token, as_json)
+
+
+def _answer(
+    session_id: str,
+    question_id: str,
+    value: JsonValue,
+    by: str | None,
+    why: str | None,
+    request_id: str | None,
+    api_url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    body = AnswerRequest(
+        request_id=request_id or uuid.uuid4().hex,
+        question_id=question_id,
+        value=value,
+        by=by,
+        why=why,
+    )
+    answered = run_client(
+        SessionApiClient, api_url, token, lambda api: api.answer(session_id, body)
+    )
+    if as_json:
+        print_json(answered)
+        return
+    sub = answered.submission
+    said = "accepted" if answered.created else "already given: the original"
+    console.print(
+        f"answer {sub.request_id} to {question_id} {said} ({sub.status.value})", highlight=False
+    )
 
 
 @app.command()
@@ -268,6 +353,8 @@ def render(view: SessionView) -> RenderableType:
         for item in view.blocked:
             blocked.append(f"{item.task_id} ({item.reason})  ")
         parts.append(blocked)
+    if view.questions:
+        parts.append(questions_table(view))
     if view.operations:
         parts.append(operations_table(view.operations, view.operations_total))
     parts.append(submissions_table(view.submissions))
@@ -300,7 +387,9 @@ def task_label(task: TaskView) -> Text:
     label.append(f" phase {task.phase}")
     if task.attempts > 1 or task.crashes:
         label.append(f" · attempt {task.attempts}, {task.crashes} crash(es)")
-    if task.wait is not None:
+    if task.wait is not None and task.waiting_for_input and task.wait.question is not None:
+        label.append(f" · waiting for input: {task.wait.question.id}", style="magenta")
+    elif task.wait is not None:
         waits = [*task.wait.tasks, *task.wait.operations]
         label.append(f" · waits ({task.wait.join.value}) on {', '.join(waits)}")
     if task.sleep_until is not None:
@@ -316,6 +405,27 @@ def task_label(task: TaskView) -> Text:
     elif task.outcome is not None and task.result is not None:
         label.append(f" → {_short(task.result)}")
     return label
+
+
+def questions_table(view: SessionView) -> Table:
+    """Open questions: answer with ``bh answer`` (approvals: ``bh approve | deny``)."""
+    table = Table(title="waiting for input", title_justify="left")
+    for column in ("question", "task", "kind", "queue", "asks", "deadline"):
+        table.add_column(column, overflow="fold")
+    for open_ in view.questions:
+        question = open_.question
+        asks = question.prompt
+        if question.call is not None:
+            asks += f" [{question.call.tool} {_short(question.call.arguments)}]"
+        elif question.choices:
+            asks += f" [{' | '.join(question.choices)}]"
+        deadline = "" if question.deadline is None else f"{question.deadline:%Y-%m-%d %H:%M:%S}"
+        if deadline:
+            deadline += f" then {question.on_deadline.value}"
+        table.add_row(
+            question.id, open_.task_id, question.kind.value, question.queue, Text(asks), deadline
+        )
+    return table
 
 
 def operations_table(operations: list[OperationView], total: int) -> Table:
@@ -368,7 +478,8 @@ def entries_table(view: SessionView) -> Table:
 
 def sessions_table(found: list[SessionSummary]) -> Table:
     table = Table(title="sessions")
-    for column in ("session", "seq", "holder", "open tasks", "open submissions", "blocked"):
+    columns = ("session", "seq", "holder", "open tasks", "open submissions", "input", "blocked")
+    for column in columns:
         table.add_column(column, overflow="fold")
     table.add_column("updated")
     for s in found:
@@ -379,6 +490,7 @@ def sessions_table(found: list[SessionSummary]) -> Table:
             s.holder or "",
             str(s.open_tasks),
             str(s.open_submissions),
+            str(s.waiting_for_input) if s.waiting_for_input else "",
             str(s.blocked) if s.blocked else "",
             updated,
         )

@@ -82,6 +82,10 @@ def up(
         str | None,
         typer.Option(help="also run an example's services and tools: five-emails"),
     ] = None,
+    approve: Annotated[
+        list[str] | None,
+        typer.Option(help="a tool (or JSON rule) whose calls need approval, repeatable"),
+    ] = None,
 ) -> None:
     """Start the whole system on this machine (idempotent) and print its status."""
     place = layout()
@@ -102,7 +106,8 @@ def up(
         extra = [Component(name, argv, health) for name, (argv, health) in chosen.services.items()]
         docker_url = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         console.print(f"registered {register_tools(env['BH_STORE_URL'], docker_url)}")
-    wanted = extra + _components(brains, hands, plugins, tools, sandbox)
+    rules = [arg for rule in approve or [] for arg in ("--approve", rule)]
+    wanted = extra + _components(brains, hands, plugins, tools, sandbox, rules)
     fleet = Fleet(place.root, env, wanted, detached=True)
     fleet.ensure()
     fleet.retire()  # scaling down: brain-N / hands-N beyond the numbers asked for
@@ -150,7 +155,12 @@ def system_env(
 
 
 def _components(
-    brains: int, hands: int, plugins: list[str], sandboxed: list[str], sandbox: str
+    brains: int,
+    hands: int,
+    plugins: list[str],
+    sandboxed: list[str],
+    sandbox: str,
+    approvals: list[str] | None = None,
 ) -> list[Component]:
     """The service table's long-running services as processes (the init job's work is
     done as they start: the store, the streams; tools are registered by ``--example``)."""
@@ -159,6 +169,7 @@ def _components(
         brain_args += ["--plugin", path]
     for name in sandboxed:
         brain_args += ["--sandboxed", name]
+    brain_args += approvals or []
     args = {"brain": tuple(brain_args), "hands": ("--sandbox", sandbox)}
     counts = {"brain": brains, "hands": hands}
     found: list[Component] = []

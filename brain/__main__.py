@@ -20,6 +20,7 @@ from brain.service import BrainService
 from brain.worker import BrainSettings, WorkerSettings, build, run_worker
 from bus import BusSettings
 from contracts import BrainhandsError
+from contracts.question import ApprovalRule
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
@@ -27,6 +28,22 @@ from coordination.wakes import RQWakes
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+Approve = Annotated[
+    list[str] | None,
+    typer.Option(
+        envvar="BH_APPROVE",
+        help="a tool whose calls need approval, or an approval rule as JSON "
+        '({"tool", "when", "queue", "within_s", "on_deadline", "escalate_to"}); repeatable',
+    ),
+]
+
+
+def _rules(given: list[str] | None) -> tuple[ApprovalRule, ...]:
+    try:
+        return tuple(ApprovalRule.parse(text) for text in given or ())
+    except ValueError as error:  # pydantic's ValidationError is one
+        raise typer.BadParameter(f"--approve: {error}") from None
 
 
 @app.callback()
@@ -44,6 +61,7 @@ def run(
     ] = None,
     nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus namespace")] = "bh",
+    approve: Approve = None,
 ) -> None:
     """Drive SESSION until it is finished or cannot move by itself; print the report."""
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
@@ -54,6 +72,7 @@ def run(
         model=model,
         bus=BusSettings(url=nats, namespace=namespace) if nats else None,
         sandboxed=tuple(sandboxed or ()),
+        approvals=_rules(approve),
     )
     try:
         report = asyncio.run(run_worker(settings))
@@ -79,6 +98,7 @@ def worker(
     lease_seconds: Annotated[float, typer.Option(help="lease TTL (extended while driving)")] = 10,
     probe_port: ProbePort = None,
     probe_host: ProbeHost = "127.0.0.1",
+    approve: Approve = None,
 ) -> None:
     """Drive the sessions the scheduler wakes, many at once, until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -89,6 +109,7 @@ def worker(
         model=model,
         bus=BusSettings(url=nats, namespace=namespace) if nats else None,
         sandboxed=tuple(sandboxed or ()),
+        approvals=_rules(approve),
     )
     try:
         ttl = timedelta(seconds=lease_seconds)

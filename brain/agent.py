@@ -12,7 +12,11 @@
   as OpenAI-compatible APIs require.
 
 ``tool-call`` checks the call (known tool, JSON arguments, schema) and answers a bad
-call in-band so the model can correct itself. Plain tools run as one operation whose id
+call in-band so the model can correct itself. A call that needs approval (the tool
+declares it, or one of the Brain's ``ApprovalRule``s matches it) waits for a person's
+decision before anything else: its intent is committed only once it is approved, so no
+Hands can run it before; a denial is answered to the model as a tool error saying who
+denied it and why. Plain tools run as one operation whose id
 the kernel derives from the session and the call's task (``brain.operations``; input
 cannot choose it); composite tools run as a subtask of the kind they name. Either way
 the tool-result entry, the task's terminal state and the operation's "applied" mark
@@ -23,6 +27,8 @@ the task's result refers to it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from pydantic import JsonValue
@@ -31,7 +37,7 @@ from brain.context import PhaseContext
 from brain.model.messages import ChatMessage, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, TaskSpec, Wait
 from brain.registry import TaskKind
-from brain.tools import validate_arguments
+from brain.tools import ToolSpec, validate_arguments
 from contracts import (
     BlobRef,
     Entry,
@@ -40,9 +46,13 @@ from contracts import (
     InvalidInput,
     ModelUnavailable,
     Outcome,
+    PendingCall,
+    Question,
+    QuestionKind,
     Task,
     ToolFailed,
 )
+from contracts.question import ApprovalRule
 
 AGENT = "agent"
 TOOL_CALL = "tool-call"
@@ -54,18 +64,30 @@ DEFAULT_PROMPT = (
 )
 
 
-def agent_kinds(*, max_rounds: int = 16) -> list[TaskKind]:
+def agent_kinds(*, max_rounds: int = 16, approvals: Sequence[ApprovalRule] = ()) -> list[TaskKind]:
+    """The agent's task kinds; ``approvals``: which calls need approval besides those
+    whose tool declares it."""
+
     async def prepare(ctx: PhaseContext) -> PhaseOutcome:
         round_ = ctx.memo_int("round") + 1
         if round_ > max_rounds:
             return Fail(error=ErrorInfo(code="too_many_rounds", message=f"over {max_rounds}"))
         return Next(phase="request", effects=Effects(memo={"round": round_}))
 
+    async def check_call(ctx: PhaseContext) -> PhaseOutcome:
+        return await _check_call(ctx, approvals)
+
+    call_phases = {
+        "start": check_call,
+        "decided": _decided,
+        "execute": _execute,
+        "collect": _collect,
+    }
     return [
         TaskKind(
             AGENT, 1, {"prepare": prepare, "start": prepare, "request": _request, "tools": _tools}
         ),
-        TaskKind(TOOL_CALL, 1, {"start": _check_call, "execute": _execute, "collect": _collect}),
+        TaskKind(TOOL_CALL, 1, call_phases),
     ]
 
 
@@ -167,7 +189,7 @@ def _tool_task(task_id: str, call: ToolCall, conversation: str) -> TaskSpec:
     )
 
 
-async def _check_call(ctx: PhaseContext) -> PhaseOutcome:
+async def _check_call(ctx: PhaseContext, approvals: Sequence[ApprovalRule]) -> PhaseOutcome:
     name = str(ctx.input["tool"])
     spec = ctx.services.tools.spec(name)
     if spec is None:
@@ -180,10 +202,62 @@ async def _check_call(ctx: PhaseContext) -> PhaseOutcome:
         return _answer_error(ctx, "invalid_arguments", f"arguments are not valid JSON: {error}")
     except InvalidInput as error:
         return _answer_error(ctx, "invalid_arguments", error.message)
+    rule = next((r for r in (spec.approval, *approvals) if r and r.applies(name, args)), None)
+    if rule is not None:
+        return Wait(
+            question=_approval(ctx, spec, args, rule),
+            next_phase="decided",
+            reason=f"waiting for approval in queue {rule.queue}",
+            effects=Effects(memo={"args": args}),
+        )
+    return _proceed(ctx, spec, args)
+
+
+def _proceed(ctx: PhaseContext, spec: ToolSpec, args: dict[str, Any]) -> PhaseOutcome:
     if spec.task_kind is not None:
         child = TaskSpec(id=f"{ctx.task.id}.run", kind=spec.task_kind, input=args)
         return Wait(tasks=(child.id,), next_phase="collect", effects=Effects(spawn=(child,)))
     return Next(phase="execute", effects=Effects(memo={"args": args}))
+
+
+def _approval(
+    ctx: PhaseContext, spec: ToolSpec, args: dict[str, Any], rule: ApprovalRule
+) -> Question:
+    call = PendingCall(
+        tool=spec.name,
+        version=spec.version,
+        arguments=args,
+        operation_id=ctx.operation_id(CALL_KEY),
+    )
+    deadline = None if rule.within_s is None else ctx.now() + timedelta(seconds=rule.within_s)
+    return Question(
+        id=approval_id(ctx.task.id),
+        prompt=f"Allow the call {spec.name}({_text(args)[:400]})?",
+        kind=QuestionKind.APPROVAL,
+        call=call,
+        queue=rule.queue,
+        deadline=deadline,
+        on_deadline=rule.on_deadline,
+        escalate_to=rule.escalate_to,
+    )
+
+
+def approval_id(call_task_id: str) -> str:
+    """The id of the approval question of a tool call's task."""
+    return f"approve.{call_task_id}"
+
+
+async def _decided(ctx: PhaseContext) -> PhaseOutcome:
+    """A person (or the deadline) decided on the call: go on, or tell the model no."""
+    decision = ctx.answer(approval_id(ctx.task.id))
+    spec = ctx.services.tools.spec(str(ctx.input["tool"]))
+    if not decision.approved or spec is None:
+        why = f": {decision.why}" if decision.why else ""
+        if spec is None:
+            why = f"{why}; the tool is no longer available"
+        return _answer_error(ctx, "denied", f"the call was denied by {decision.by}{why}")
+    args: dict[str, Any] = dict(ctx.memo["args"])  # type: ignore[arg-type]
+    return _proceed(ctx, spec, args)
 
 
 CALL_KEY = "call"

@@ -10,7 +10,7 @@ from pydantic import JsonValue
 
 from brain.operations import Operations, Performed
 from brain.services import Services
-from contracts import Document, Entry, Operation, Task
+from contracts import Answer, Document, Entry, NotFound, Operation, Task
 from coordination.leases import LeaseProof
 from session_store import SessionHandle
 
@@ -54,6 +54,14 @@ class PhaseContext:
 
     def now(self) -> datetime:
         return self.services.clock()
+
+    def answer(self, question_id: str) -> Answer:
+        """How this task's question ``question_id`` was settled (its answer, the
+        deadline's denial, or closed); ``NotFound`` if it was never settled."""
+        answer = self.task.answers.get(question_id)
+        if answer is None:
+            raise NotFound(f"task {self.task.id} has no answer to {question_id!r}")
+        return answer
 
     def document(self, name: str) -> Document | None:
         return self._handle.state.documents.get(name)

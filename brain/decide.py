@@ -11,7 +11,19 @@ from typing import Any
 from brain.builder import CommitBuilder
 from brain.outcome import Done, Fail, Next, PhaseOutcome, Retry, Sleep, Wait
 from brain.registry import TaskKind
-from contracts import ErrorInfo, Outcome, SleepCondition, Task, TaskStatus, WaitCondition
+from contracts import (
+    Answer,
+    ErrorInfo,
+    Outcome,
+    Question,
+    Refused,
+    SleepCondition,
+    Task,
+    TaskStatus,
+    WaitCondition,
+)
+from contracts.question import BY_DEADLINE, BY_KERNEL, DENY, OnDeadline, QuestionKind
+from session_store.questions import asker
 
 _SUBMISSION_STATUS = {
     Outcome.SUCCEEDED: "answered",
@@ -64,10 +76,13 @@ def apply_outcome(
         enter(b, task_id, outcome.phase, memo=memo)
         return True
     if isinstance(outcome, Wait):
+        if outcome.question is not None:
+            _check_unique(b, task_id, outcome.question)
         condition = WaitCondition(
             tasks=outcome.tasks,
             operations=outcome.operations,
             join=outcome.join,
+            question=outcome.question,
             next_phase=outcome.next_phase,
         )
         b.update(
@@ -109,6 +124,12 @@ def decide(
         for child in open_children:
             request_cancel(b, child.id, f"owner {task_id} {outcome.value}")
     status = TaskStatus.COMPLETING if open_children else TaskStatus.TERMINAL
+    asked = b.task(task_id).question
+    if asked is not None:  # it ends unanswered: say so where an answer would look
+        closed = f"task {task_id} {outcome.value} before an answer"
+        settle_question(
+            b, task_id, Answer(question_id=asked.id, by=BY_KERNEL, why=closed, closed=True)
+        )
     task = b.update(
         task_id,
         status=status,
@@ -123,6 +144,51 @@ def decide(
     if status is TaskStatus.TERMINAL:
         settle_owner(b, task)
     return task
+
+
+def settle_question(b: CommitBuilder, task_id: str, answer: Answer) -> Task:
+    """Record how the task's question was settled (it then enters its next phase)."""
+    task = b.task(task_id)
+    return b.update(task_id, answers={**task.answers, answer.question_id: answer})
+
+
+def question_deadline(b: CommitBuilder, task_id: str) -> None:
+    """The task's question is past its deadline: deny it (an approval is denied, any
+    other question is settled without a value), or ask it again of ``escalate_to``."""
+    task = b.task(task_id)
+    question, wait = task.question, task.wait
+    assert question is not None and wait is not None and question.deadline is not None
+    if question.on_deadline is OnDeadline.ESCALATE:
+        again = question.model_copy(
+            update={
+                "queue": question.escalate_to,
+                "deadline": None,
+                "on_deadline": OnDeadline.DENY,
+                "escalate_to": None,
+            }
+        )
+        b.update(task_id, wait=wait.model_copy(update={"question": again}))
+        return
+    value = DENY if question.kind is QuestionKind.APPROVAL else None
+    why = f"no answer by its deadline {question.deadline.isoformat()}"
+    settle_question(
+        b, task_id, Answer(question_id=question.id, value=value, by=BY_DEADLINE, why=why)
+    )
+
+
+def _check_unique(b: CommitBuilder, task_id: str, question: Question) -> None:
+    if question.id in b.task(task_id).answers:
+        raise Refused(
+            f"question {question.id!r} was settled before: ask a new question with a new id",
+            question_id=question.id,
+        )
+    other = asker((t for t in b.tasks() if t.id != task_id), question.id)
+    if other is not None:
+        raise Refused(
+            f"question id {question.id!r} is taken by task {other.id}: a question's id is "
+            "unique in its session (derive it from the task's id)",
+            question_id=question.id,
+        )
 
 
 def finish(b: CommitBuilder, task_id: str) -> None:

@@ -276,6 +276,8 @@ class Drive:
             decide.fail(b, task.id, error, runner_id=runner_id)
         elif step.kind == "finish":
             decide.finish(b, task.id)
+        elif step.kind == "deadline":
+            decide.question_deadline(b, task.id)
         else:
             note = self.cancel_notes.pop(task.id, None)
             self._cancel_operations(b, task)

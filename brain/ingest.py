@@ -1,5 +1,7 @@
-"""Turning what clients wrote into decisions: new submissions become root tasks, and
-cancellation requests in the control document become cancel decisions.
+"""Turning what clients wrote into decisions: new submissions become root tasks,
+answers settle the questions of waiting tasks (in log order: the first wins, later ones
+are answered as refused), and cancellation requests in the control document become
+cancel decisions.
 
 A submission the kernel cannot turn into a task (input an older or foreign ingress let
 through, a root task id that is taken) is answered as failed with the reason, in the
@@ -17,6 +19,7 @@ from brain.builder import CommitBuilder
 from brain.outcome import TaskSpec
 from contracts import (
     CONTROL_DOCUMENT,
+    Answer,
     BrainhandsError,
     ErrorInfo,
     Submission,
@@ -24,7 +27,8 @@ from contracts import (
     TaskInput,
     TextInput,
 )
-from session_store.intake import read_input
+from session_store.intake import read_work
+from session_store.questions import answer_of, asker, judge
 
 
 def root_task_id(request_id: str) -> str:
@@ -42,7 +46,9 @@ def ingest(b: CommitBuilder, *, root_kind: str, refused: Mapping[str, ErrorInfo]
     cancel_tasks = dict(control.body.get("cancel_tasks", {})) if control else {}
     for submission in b.submissions():
         reason = cancel_requests.get(submission.request_id)
-        if submission.status is SubmissionStatus.ACCEPTED and submission.task_id is None:
+        if submission.status is SubmissionStatus.ACCEPTED and answer_of(submission):
+            _apply_answer(b, submission)
+        elif submission.status is SubmissionStatus.ACCEPTED and submission.task_id is None:
             _accept(b, submission, reason, root_kind, refused.get(submission.request_id))
         elif reason is not None and submission.task_id is not None:
             cancel_tasks.setdefault(submission.task_id, reason)
@@ -50,6 +56,34 @@ def ingest(b: CommitBuilder, *, root_kind: str, refused: Mapping[str, ErrorInfo]
         task = b.tasks_by_id().get(task_id)
         if task is not None and not task.is_terminal and not task.cancel_requested:
             decide.request_cancel(b, task_id, str(reason or "cancelled"))
+
+
+def _apply_answer(b: CommitBuilder, submission: Submission) -> None:
+    """Settle the question with this answer and answer the submission, in one commit;
+    or answer the submission as refused, saying why."""
+    body = answer_of(submission)
+    assert body is not None
+    refused = judge(b.tasks(), body)
+    if refused is not None:
+        b.update_submission(
+            submission.request_id, status=SubmissionStatus.FAILED, error=refused.info()
+        )
+        return
+    task = asker(b.tasks(), body.question_id)
+    assert task is not None
+    answer = Answer(
+        question_id=body.question_id,
+        value=body.value,
+        by=body.by,
+        why=body.why,
+        request_id=submission.request_id,
+    )
+    decide.settle_question(b, task.id, answer)
+    b.update_submission(
+        submission.request_id,
+        status=SubmissionStatus.ANSWERED,
+        answer={"question_id": body.question_id, "task_id": task.id, "applied": True},
+    )
 
 
 def _accept(
@@ -85,7 +119,7 @@ def _accept(
 
 
 def _root_spec(submission: Submission, root_kind: str) -> TaskSpec:
-    given = read_input(submission.input)
+    given = read_work(submission.input)
     task_id = root_task_id(submission.request_id)
     if isinstance(given, TaskInput):
         requested = given.task

@@ -19,6 +19,7 @@ from contracts import (
     JoinPolicy,
     OutboxMessage,
     Parked,
+    Question,
 )
 from contracts.model import AwareDatetime, Frozen, Identifier
 
@@ -63,13 +64,15 @@ class Next(Frozen):
 
 
 class Wait(Frozen):
-    """Wait for tasks and/or operation results, then enter ``next_phase``. ``parked``
+    """Wait for tasks, operation results and/or a person's answer to ``question``, then
+    enter ``next_phase`` (where ``PhaseContext.answer`` reads the answer). ``parked``
     marks a wait on an operation whose outcome only an operator can decide."""
 
     type: Literal["wait"] = "wait"
     tasks: tuple[Identifier, ...] = ()
     operations: tuple[Identifier, ...] = ()
     join: JoinPolicy = JoinPolicy.ALL_SETTLED
+    question: Question | None = None
     next_phase: str
     reason: str | None = None
     parked: Parked | None = None

@@ -24,6 +24,7 @@ StepKind = Literal[
     "fail_fast",  # a task it waits on failed under failFast
     "finish",  # completing, and everything it owns has settled
     "cancel",  # cancellation requested and nothing is running: settle as cancelled
+    "deadline",  # a question is past its deadline: deny it or escalate it
 ]
 
 
@@ -119,9 +120,14 @@ def _interrupted(
 
 
 def _waiting(
-    task: Task, _r: Resolution, state: SessionState, facts: Facts, _p: Plan
+    task: Task, _r: Resolution, state: SessionState, facts: Facts, plan_: Plan
 ) -> Step | None:
     assert task.wait is not None
+    question = task.question
+    if question is not None and question.deadline is not None:
+        if question.deadline <= facts.now:
+            return Step("deadline", task.id)
+        plan_.wake_at(question.deadline)
     awaited = [
         state.tasks.get(t) or facts.archived_tasks[t]
         for t in task.wait.tasks
@@ -133,7 +139,7 @@ def _waiting(
                 return Step("fail_fast", task.id, culprit=other.id)
     tasks_done = len(awaited) == len(task.wait.tasks) and all(t.is_terminal for t in awaited)
     operations_done = all(op in facts.settled_operations for op in task.wait.operations)
-    if tasks_done and operations_done:
+    if tasks_done and operations_done and question is None:
         return Step("enter", task.id, phase=task.wait.next_phase)
     return None
 

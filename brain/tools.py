@@ -23,6 +23,7 @@ from pydantic import Field, JsonValue
 from contracts import BrainhandsError, InvalidInput, NotFound, OutcomeUnknown, ReplayPolicy
 from contracts.arguments import argument_problem
 from contracts.model import Frozen
+from contracts.question import ApprovalRule
 from contracts.tool import ToolDefinition
 
 
@@ -37,6 +38,8 @@ class ToolSpec(Frozen):
     timeout: timedelta = timedelta(seconds=60)
     #: run by the Hands in a sandbox: a call commits an intent and waits for the result
     sandboxed: bool = False
+    #: calls need a person's approval before they run (``contracts.question``)
+    approval: ApprovalRule | None = None
 
 
 class QueryUnanswered(BrainhandsError):
@@ -111,6 +114,7 @@ class LocalDispatcher:
             queryable=definition.queryable,
             timeout=timedelta(seconds=definition.timeout_s),
             sandboxed=True,
+            approval=definition.approval,
         )
         self._tools[spec.name] = LocalTool(spec)
 

@@ -31,6 +31,7 @@ from brain.tools import LocalDispatcher
 from bus import Bus, BusSettings
 from contracts import InvalidInput, utcnow
 from contracts.model import Frozen
+from contracts.question import ApprovalRule
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 
@@ -48,6 +49,8 @@ class BrainSettings(Frozen):
     bus: BusSettings | None = None
     #: registered tools to run on the Hands (newest version), replacing in-process ones
     sandboxed: tuple[str, ...] = ()
+    #: tool calls that need a person's approval (besides tools that declare it)
+    approvals: tuple[ApprovalRule, ...] = ()
 
 
 class WorkerSettings(BrainSettings):
@@ -83,7 +86,7 @@ async def build(
     store = await open_store(settings.store_url)
     resources.push_async_callback(store.close)
     registry = Registry()
-    for kind in [*agent_kinds(), doctor_kind()]:
+    for kind in [*agent_kinds(approvals=settings.approvals), doctor_kind()]:
         registry.add(kind)
     tools = LocalDispatcher()
     for path in settings.plugins:

@@ -14,6 +14,7 @@ from contracts.document import (
 )
 from contracts.entry import Entry, EntryKind
 from contracts.errors import (
+    AlreadyAnswered,
     AlreadyApplied,
     AlreadyExists,
     BrainhandsError,
@@ -31,6 +32,7 @@ from contracts.errors import (
     OperationMismatch,
     OutcomeUnknown,
     PayloadTooLarge,
+    QuestionClosed,
     ReadOnlyStore,
     RecordError,
     Refused,
@@ -53,6 +55,15 @@ from contracts.operation import (
     ReplayPolicy,
 )
 from contracts.outbox import OutboxMessage
+from contracts.question import (
+    Answer,
+    AnswerBody,
+    AnswerInput,
+    OnDeadline,
+    PendingCall,
+    Question,
+    QuestionKind,
+)
 from contracts.submission import (
     Submission,
     SubmissionInput,
@@ -75,8 +86,12 @@ __all__ = [
     "CONTROL_DOCUMENT",
     "INLINE_RESULT_BYTES",
     "OPERATION_TRANSITIONS",
+    "AlreadyAnswered",
     "AlreadyApplied",
     "AlreadyExists",
+    "Answer",
+    "AnswerBody",
+    "AnswerInput",
     "BlobRef",
     "BrainhandsError",
     "Commit",
@@ -104,6 +119,7 @@ __all__ = [
     "ModelRejected",
     "ModelUnavailable",
     "NotFound",
+    "OnDeadline",
     "Operation",
     "OperationMismatch",
     "OperationResult",
@@ -113,6 +129,10 @@ __all__ = [
     "OutcomeUnknown",
     "Parked",
     "PayloadTooLarge",
+    "PendingCall",
+    "Question",
+    "QuestionClosed",
+    "QuestionKind",
     "ReadOnlyStore",
     "RecordError",
     "Refused",

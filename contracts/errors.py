@@ -27,7 +27,9 @@ session's operation); reloading does not change the answer.
     │   ├── AlreadyApplied               already_applied
     │   ├── AlreadyExists                already_exists
     │   ├── VersionMismatch              version_mismatch
-    │   └── OperationMismatch            operation_mismatch
+    │   ├── OperationMismatch            operation_mismatch
+    │   ├── AlreadyAnswered              already_answered     (a question: the first wins)
+    │   └── QuestionClosed               question_closed      (its task moved on or ended)
     ├── Unauthorized                     unauthorized         an API refused the token
     ├── Forbidden                        forbidden            the token's scope excludes it
     ├── FencedError                      fenced               terminal for that lease
@@ -145,6 +147,18 @@ class AlreadyApplied(Refused):
 
 class AlreadyExists(Refused):
     code = "already_exists"
+
+
+class AlreadyAnswered(Refused):
+    """A question already has an answer: the first accepted one wins."""
+
+    code = "already_answered"
+
+
+class QuestionClosed(Refused):
+    """A question's task no longer waits for it (cancelled, or it ended)."""
+
+    code = "question_closed"
 
 
 class VersionMismatch(Refused):

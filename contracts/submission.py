@@ -8,6 +8,7 @@ from pydantic import Field, JsonValue
 
 from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, KindName, RequestId, utcnow
+from contracts.question import AnswerInput
 
 
 class SubmissionStatus(StrEnum):
@@ -48,8 +49,9 @@ class TaskInput(Frozen):
     task: SubmittedTask
 
 
-#: What a client may submit: a string or ``TextInput`` for the agent, or a ``TaskInput``.
-SubmissionInput = str | TextInput | TaskInput
+#: What a client may submit: a string or ``TextInput`` for the agent, or a ``TaskInput``;
+#: an ``AnswerInput`` (``contracts.question``) answers a question of a waiting task.
+SubmissionInput = str | TextInput | TaskInput | AnswerInput
 
 
 class Submission(Frozen):

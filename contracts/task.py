@@ -8,6 +8,7 @@ from pydantic import Field, JsonValue, model_validator
 
 from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+from contracts.question import Answer, Question
 
 
 class TaskStatus(StrEnum):
@@ -31,17 +32,19 @@ class JoinPolicy(StrEnum):
 
 
 class WaitCondition(Frozen):
-    """What a waiting task waits on, how the waits combine, and where it goes next."""
+    """What a waiting task waits on, how the waits combine, and where it goes next. A
+    ``question`` waits for a person's answer (``contracts.question``)."""
 
     tasks: tuple[Identifier, ...] = ()
     operations: tuple[Identifier, ...] = ()
     join: JoinPolicy = JoinPolicy.ALL_SETTLED
+    question: Question | None = None
     next_phase: str
 
     @model_validator(mode="after")
     def _not_empty(self) -> WaitCondition:
-        if not self.tasks and not self.operations:
-            raise ValueError("a wait condition must name at least one task or operation")
+        if not self.tasks and not self.operations and self.question is None:
+            raise ValueError("a wait condition must name a task, an operation or a question")
         return self
 
 
@@ -64,13 +67,15 @@ class Task(Frozen):
     """A durable state machine.
 
     ``rev`` counts this record's revisions (1 on creation, +1 on every update in a
-    commit); ``version`` is the version of the handler code for ``kind``.
-    ``attempts`` counts starts of the current ``phase``; ``crashes`` counts those starts
-    that left no outcome (the process running them died); the kernel resets both when
-    the phase changes. ``parked`` is set while the task waits on an uncertain
-    operation. ``memo`` is the task's own durable scratch data, carried from phase to
-    phase. A ``completing`` task has decided its ``outcome`` and waits for the tasks it
-    owns to settle. ``settled_by`` names the runner incarnation that decided the outcome.
+    commit); ``version`` is the version of the handler code for ``kind``. ``attempts``
+    counts starts of the current ``phase``; ``crashes`` counts those starts that left no
+    outcome (the process running them died); the kernel resets both when the phase
+    changes. ``parked`` is set while the task waits on an uncertain operation. ``memo``
+    is the task's own durable scratch data, carried from phase to phase. ``answers``
+    holds how the questions it asked were settled, by question id (one each: the first
+    accepted answer). A ``completing`` task has decided its ``outcome`` and waits for
+    the tasks it owns to settle. ``settled_by`` names the runner incarnation that
+    decided the outcome.
     """
 
     id: Identifier
@@ -89,6 +94,7 @@ class Task(Frozen):
     sleep: SleepCondition | None = None
     parked: Parked | None = None
     memo: dict[str, JsonValue] = Field(default_factory=dict)
+    answers: dict[Identifier, Answer] = Field(default_factory=dict)
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None
@@ -114,3 +120,10 @@ class Task(Frozen):
     @property
     def is_terminal(self) -> bool:
         return self.status is TaskStatus.TERMINAL
+
+    @property
+    def question(self) -> Question | None:
+        """The question this task waits to have answered (None: it waits for none)."""
+        if self.wait is None or self.wait.question is None:
+            return None
+        return None if self.wait.question.id in self.answers else self.wait.question

@@ -33,6 +33,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 
 from contracts.model import AwareDatetime, Frozen, utcnow
 from contracts.operation import ReplayPolicy
+from contracts.question import ApprovalRule
 
 TOOL_RECORD_VERSION: Final = 1
 #: Largest frozen arguments of a sandboxed call: they travel in the container's env.
@@ -124,6 +125,8 @@ class ToolDefinition(Frozen):
     network: NetworkPolicy = NetworkPolicy()
     command: tuple[str, ...] | None = None
     query: tuple[str, ...] | None = None
+    #: its calls need a person's approval first (label ``io.brainhands.tool.approval``)
+    approval: ApprovalRule | None = None
     #: non-secret settings given at registration, passed to the container as environment
     config: dict[ConfigName, str] = Field(default_factory=dict)
     image: str

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from contracts import StoreUnavailable, SubmissionStatus, TaskInput, TextInput
+from contracts import AnswerInput, StoreUnavailable, SubmissionStatus, TaskInput, TextInput
 from session_store import SessionState, SessionStore
 from session_store.intake import read_input
 from session_store.submissions import SessionClient, blocked_reasons
@@ -130,6 +130,8 @@ class SessionRouter:
                 continue
             what = f"submission {submission.request_id}"
             given = read_input(submission.input)
+            if isinstance(given, AnswerInput):
+                continue  # for a waiting task: its kind is needed already
             if isinstance(given, TaskInput):
                 needed[what] = f"{given.task.kind}@{given.task.version}"
                 continue

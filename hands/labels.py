@@ -83,6 +83,7 @@ def definition_from_labels(
         "network": allowed if allow else declared,
         "command": label.optional("command", _argv),
         "query": label.optional("query", _argv),
+        "approval": label.optional("approval", _approval),
         "config": dict(config or {}),
         "image": image,
         "image_id": image_id,
@@ -139,6 +140,14 @@ _LABEL_OF = {
     "scratch_bytes": "scratch",
     "output_bytes": "output-limit",
 }
+
+
+def _approval(value: str) -> dict[str, Any]:
+    """``required`` (every call, default rule) or a rule as JSON without its tool."""
+    rule = {} if value == "required" else json.loads(value)
+    if not isinstance(rule, dict):
+        raise ValueError('approval must be "required" or a JSON object')
+    return {**rule, "tool": "*"}
 
 
 class _Labels:

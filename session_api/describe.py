@@ -34,6 +34,7 @@ from session_api.views import (
     EntryView,
     OperationView,
     OutboxView,
+    QuestionView,
     ResultSummary,
     SessionSummary,
     SessionView,
@@ -76,6 +77,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         entries=[entry_view(e, start + n) for n, e in enumerate(recent)],
         entry_count=state.entry_count,
         blocked=blocked,
+        questions=open_questions(state),
         cancel_requests=_strings(control.get("cancel_requests")),
         cancel_tasks=_strings(control.get("cancel_tasks")),
         decisions=_decisions(control.get(DECISIONS)),
@@ -99,7 +101,18 @@ def session_summary(state: SessionState) -> SessionSummary:
         open_tasks=sum(1 for task in state.tasks.values() if not task.is_terminal),
         open_submissions=sum(1 for s in state.submissions.values() if not s.status.is_final),
         blocked=len(blocked_tasks(state)),
+        waiting_for_input=len(open_questions(state)),
     )
+
+
+def open_questions(state: SessionState) -> list[QuestionView]:
+    """The questions the session's waiting tasks ask, oldest first."""
+    asked = [
+        QuestionView(task_id=task.id, question=question)
+        for task in state.tasks.values()
+        if (question := task.question) is not None and not task.cancel_requested
+    ]
+    return sorted(asked, key=lambda view: view.question.asked_at)
 
 
 def commit_event(record: CommitRecord) -> CommitEvent:
@@ -149,12 +162,15 @@ def task_view(task: Task, blocked: str | None = None) -> TaskView:
             tasks=list(wait.tasks),
             operations=list(wait.operations),
             join=wait.join,
+            question=wait.question,
             next_phase=wait.next_phase,
         ),
         sleep_until=task.sleep.until if task.sleep else None,
         next_phase=task.sleep.next_phase if task.sleep else None,
         parked=task.parked,
         blocked=blocked,
+        waiting_for_input=task.question is not None,
+        answers=dict(task.answers),
         cancel_requested=task.cancel_requested,
         outcome=task.outcome,
         result=task.result,

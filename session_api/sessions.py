@@ -1,4 +1,5 @@
-"""``/v1/sessions``: submit, cancel, look at a session, list them, follow one's events.
+"""``/v1/sessions``: submit, answer a question, cancel, look at a session, list them,
+follow one's events.
 
 Writes go through ``session_store.submissions.SessionClient`` (the ingress rules: a
 request id is accepted once, bad input is refused naming the field, a cancel is a
@@ -23,6 +24,7 @@ from session_api.context import ApiContext
 from session_api.describe import control_body, session_summary, session_view, submission_view
 from session_api.stream import SessionStream
 from session_api.views import (
+    AnswerRequest,
     CancelAccepted,
     CancelRequest,
     SessionList,
@@ -32,7 +34,7 @@ from session_api.views import (
     SubmitRequest,
 )
 from session_store import SessionStore
-from session_store.intake import check_ids, read_input
+from session_store.intake import check_ids, read_work
 from webapi.auth import Access, Grant
 from webapi.scopes import check_session, needs
 
@@ -91,6 +93,41 @@ def sessions_router(context: ApiContext) -> APIRouter:
         submission, created = await _submit(context, session_id, body)
         if not created:
             response.status_code = 200
+        return submission_view(submission)
+
+    @router.post(
+        "/{session_id}/inputs",
+        status_code=201,
+        responses={
+            200: {"model": SubmissionView, "description": "Already answered by this request"},
+            409: {"model": ErrorBody, "description": "already_answered or question_closed"},
+            422: {"model": ErrorBody, "description": "The value does not fit the question"},
+            **_ERRORS,
+        },
+    )
+    async def answer(
+        session_id: SessionId, body: AnswerRequest, response: Response, grant: Operator
+    ) -> SubmissionView:
+        """Answer an open question of a waiting task, once per ``request_id``: 201 with
+        the accepted answer (a submission; ``answered`` once applied), 200 with the
+        original for a repeated request id; 409 when another answer was accepted first
+        (``already_answered``, naming it) or the question is closed; 404 no such open
+        question; 422 the value does not fit it."""
+        check_session(grant, session_id)
+        client = context.client
+        existing = await client.get(session_id, body.request_id)
+        submission = await client.answer(
+            session_id,
+            body.request_id,
+            body.question_id,
+            body.value,
+            by=body.by or grant.name,
+            why=body.why,
+        )
+        if existing is not None:
+            response.status_code = 200
+        if not submission.status.is_final:
+            await context.wake(session_id, "answer")
         return submission_view(submission)
 
     @router.get("")
@@ -170,7 +207,7 @@ async def _submit(
 ) -> tuple[Submission, bool]:
     """The submission, and whether this request created it."""
     check_ids(body.request_id, body.conversation_id)
-    read_input(body.input)
+    read_work(body.input)
     client = context.client
     existing = await client.get(session_id, body.request_id)
     submission = await client.submit(

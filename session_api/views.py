@@ -14,12 +14,14 @@ from typing import Final, Literal
 from pydantic import Field, JsonValue
 
 from contracts import (
+    Answer,
     EntryKind,
     ErrorInfo,
     JoinPolicy,
     OperationStatus,
     Outcome,
     Parked,
+    Question,
     ReplayPolicy,
     SubmissionStatus,
     TaskStatus,
@@ -63,6 +65,19 @@ class CancelRequest(Frozen):
     reason: str = Field(default=DEFAULT_CANCEL_REASON, min_length=1, max_length=1000)
 
 
+class AnswerRequest(Frozen):
+    """An answer to the open question ``question_id`` of a waiting task, accepted once
+    per ``request_id``. ``value`` must fit the question (a string; one of its choices;
+    JSON fitting its schema; ``"approve"`` or ``"deny"`` for an approval). ``by`` names
+    who answered (default: the API token's name); ``why`` is recorded with it."""
+
+    request_id: str = Field(max_length=1000)
+    question_id: str = Field(max_length=1000)
+    value: JsonValue
+    by: str | None = Field(default=None, min_length=1, max_length=200)
+    why: str | None = Field(default=None, max_length=4000)
+
+
 # -- records --------------------------------------------------------------------------
 
 
@@ -85,6 +100,8 @@ class WaitView(Frozen):
     tasks: list[str] = Field(default_factory=list)
     operations: list[str] = Field(default_factory=list)
     join: JoinPolicy
+    #: the person's answer it waits for (``contracts.question``)
+    question: Question | None = None
     next_phase: str
 
 
@@ -106,6 +123,10 @@ class TaskView(Frozen):
     next_phase: str | None = None
     parked: Parked | None = None
     blocked: str | None = None
+    #: it waits for a person to answer ``wait.question``
+    waiting_for_input: bool = False
+    #: how its questions were settled, by question id
+    answers: dict[str, Answer] = Field(default_factory=dict)
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None
@@ -218,6 +239,8 @@ class SessionView(Frozen):
     entries: list[EntryView]
     entry_count: int
     blocked: list[BlockedTask]
+    #: the open questions of its waiting tasks, oldest first
+    questions: list[QuestionView] = Field(default_factory=list)
     cancel_requests: dict[str, str] = Field(default_factory=dict)
     cancel_tasks: dict[str, str] = Field(default_factory=dict)
     #: operators' decisions on its uncertain operations, by operation id
@@ -225,6 +248,13 @@ class SessionView(Frozen):
     outbox: list[OutboxView] = Field(default_factory=list)
     archived: Archived = Archived()
     problems: list[str] = Field(default_factory=list)
+
+
+class QuestionView(Frozen):
+    """An open question and the task that waits for its answer."""
+
+    task_id: str
+    question: Question
 
 
 class SessionSummary(Frozen):
@@ -238,6 +268,8 @@ class SessionSummary(Frozen):
     open_tasks: int
     open_submissions: int
     blocked: int
+    #: open questions (tasks waiting for a person's answer)
+    waiting_for_input: int = 0
     problem: str | None = None
 
 

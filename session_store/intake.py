@@ -1,11 +1,13 @@
 """Reading what a client submits: ids and input checked, with the field named when wrong.
 
-A submission's input is either a message for the session's agent — a string or
-``{"text": "..."}`` — or a task to run directly, ``{"task": {"kind", "version",
-"input"}}`` (``contracts.SubmittedTask``). The kernel, not the client, chooses task ids
-and starting phases. The ingress refuses what it can check (``InvalidInput``, nothing
-stored); the kernel reads stored input with the same rules and fails the one submission
-it cannot turn into a task.
+A submission's input is either a message for the session's agent — a string or ``{"text":
+"..."}`` — or a task to run directly, ``{"task": {"kind", "version", "input"}}``
+(``contracts.SubmittedTask``). An answer to a question of a waiting task, ``{"answer":
+{"question_id", "value", "by", "why"}}``, comes through its own door
+(``SessionClient.answer``), which checks it against the question. The kernel, not the
+client, chooses task ids and starting phases. The ingress refuses what it can check
+(``InvalidInput``, nothing stored); the kernel reads stored input with the same rules
+and fails the one submission it cannot turn into a task.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
 from contracts import (
+    AnswerInput,
     Identifier,
     InvalidInput,
     RequestId,
@@ -33,25 +36,45 @@ def check_ids(request_id: Any, conversation_id: Any) -> None:
     _check(_IDENTIFIER, conversation_id, "conversation_id", "1-200 of A-Z a-z 0-9 . _ : @ -")
 
 
-def read_input(value: JsonValue) -> str | TextInput | TaskInput:
-    """The submitted input as one of the allowed shapes, or ``InvalidInput`` saying where
+def read_input(value: JsonValue) -> str | TextInput | TaskInput | AnswerInput:
+    """The stored input as one of the allowed shapes, or ``InvalidInput`` saying where
     it is wrong."""
     if isinstance(value, str):
         return value
+    if isinstance(value, dict) and "answer" in value:
+        answer = _read(AnswerInput, value, '{"answer": {"question_id", "value", "by", "why"?}}')
+        assert isinstance(answer, AnswerInput)
+        return answer
     if not isinstance(value, dict) or not ({"text", "task"} & value.keys()):
         raise InvalidInput(f"input must be {_SHAPES}", field="input")
-    model: type[BaseModel] = TaskInput if "task" in value else TextInput
+    read = _read(TaskInput if "task" in value else TextInput, value, _SHAPES)
+    assert isinstance(read, TextInput | TaskInput)
+    return read
+
+
+def read_work(value: JsonValue) -> str | TextInput | TaskInput:
+    """Input that asks for work (not an answer): what the submissions door accepts."""
+    read = read_input(value)
+    if isinstance(read, AnswerInput):
+        raise InvalidInput(
+            "an answer to a question is submitted as an input (POST "
+            "/v1/sessions/{id}/inputs, bh answer), where it is checked against the question",
+            field="input",
+        )
+    return read
+
+
+def _read(model: type[BaseModel], value: JsonValue, shapes: str) -> BaseModel:
     try:
         read = model.model_validate(value)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in ("input", *first["loc"]))
         raise InvalidInput(
-            f"{where}: {first['msg']} (input must be {_SHAPES})",
+            f"{where}: {first['msg']} (input must be {shapes})",
             field=where,
             problems=error.error_count(),
         ) from None
-    assert isinstance(read, TextInput | TaskInput)
     return read
 
 

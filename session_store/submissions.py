@@ -13,6 +13,7 @@ control document; the lease holder turns it into decisions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -33,7 +34,8 @@ from contracts import (
     TextInput,
 )
 from session_store.handle import SessionHandle
-from session_store.intake import check_ids, read_input
+from session_store.intake import check_ids, read_work
+from session_store.questions import answer_body, answer_commit
 from session_store.state import SessionState
 from session_store.store import SessionStore
 
@@ -56,7 +58,7 @@ class SessionClient:
     ) -> Submission:
         """Accept ``input`` once per ``request_id``; a repeat returns the original."""
         check_ids(request_id, conversation_id)
-        given = read_input(input)
+        given = read_work(input)
         handle = await self.store.session(session_id)
         existing = await handle.submission(request_id)
         if existing is not None:
@@ -87,6 +89,34 @@ class SessionClient:
         assert found is not None, "the submission is there: ours, or the original"
         if not landed:
             await self._remark(handle, found)
+        return found
+
+    async def answer(
+        self,
+        session_id: str,
+        request_id: str,
+        question_id: str,
+        value: JsonValue,
+        *,
+        by: str,
+        why: str | None = None,
+    ) -> Submission:
+        """Accept an answer to an open question once per ``request_id`` (a repeat returns
+        the original). Checked against the question when it lands: ``NotFound`` (no such
+        question), ``QuestionClosed``, ``AlreadyAnswered`` (another answer was accepted
+        first: it names it) or ``InvalidInput`` (the value does not fit); then nothing is
+        stored. The lease holder applies it (``brain.ingest``)."""
+        check_ids(request_id, "main")
+        body = answer_body(question_id, value, by, why)
+        handle = await self.store.session(session_id)
+        existing = await handle.submission(request_id)
+        if existing is not None:
+            await self._remark(handle, existing)
+            return existing
+        with contextlib.suppress(AlreadyExists):  # the request id settled and was archived
+            await _commit_unfenced(handle, lambda state: answer_commit(state, request_id, body))
+        found = await handle.submission(request_id)
+        assert found is not None, "the answer is there: ours, or the original"
         return found
 
     async def get(self, session_id: str, request_id: str) -> Submission | None:

@@ -41,6 +41,8 @@ from contracts import (
     DocumentPatch,
     InvalidInput,
     NotFound,
+    Question,
+    QuestionKind,
     StoreUnavailable,
     SubmissionStatus,
 )
@@ -100,9 +102,13 @@ class Api:
         return response.json()
 
 
+COLOUR = Question(id="q1", prompt="Which?", kind=QuestionKind.CHOICE, choices=("red", "blue"))
+
+
 def registry() -> Registry:
-    """``calc`` doubles its input; ``parent`` spawns a ``calc`` child and waits for it;
-    ``mail`` sends one email through the ``send`` tool."""
+    """``ask`` asks ``COLOUR`` and answers with the reply; ``calc`` doubles its input;
+    ``parent`` spawns a ``calc`` child and waits for it; ``mail`` sends one email through
+    the ``send`` tool."""
 
     async def double(ctx: PhaseContext) -> Done:
         return Done(result=2 * int(ctx.input["n"]))
@@ -114,7 +120,14 @@ def registry() -> Registry:
     async def finish(ctx: PhaseContext) -> Done:
         return Done(result="children done")
 
+    async def ask(ctx: PhaseContext) -> Wait:
+        return Wait(question=COLOUR, next_phase="told")
+
+    async def told(ctx: PhaseContext) -> Done:
+        return Done(result=ctx.answer(COLOUR.id).value)
+
     kinds = Registry()
+    kinds.add(kind("ask", {"start": ask, "told": told}))
     kinds.add(kind("calc", {"start": double}))
     kinds.add(kind("parent", {"start": spawn, "finish": finish}))
     kinds.add(mail_kind())
@@ -186,6 +199,7 @@ ROUTES = [
     ("GET", "/v1/sessions/s1/events", None),
     ("POST", "/v1/sessions/s1/submissions", {"request_id": "r1", "input": "hi"}),
     ("POST", "/v1/sessions/s1/cancel", {"request_id": "r1"}),
+    ("POST", "/v1/sessions/s1/inputs", {"request_id": "a1", "question_id": "q1", "value": "x"}),
     ("GET", "/openapi.json", None),
     ("GET", "/v1/no-such-route", None),
     ("POST", "/v1/sessions/s1/submissions", "{not json"),
@@ -522,6 +536,7 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
         "/v1/sessions/{session_id}",
         "/v1/sessions/{session_id}/submissions",
         "/v1/sessions/{session_id}/cancel",
+        "/v1/sessions/{session_id}/inputs",
         "/v1/sessions/{session_id}/events",
     }
     assert paths["/v1/sessions/{session_id}"]["get"]["security"] == [{"HTTPBearer": []}]
@@ -579,6 +594,85 @@ async def test_the_cli_goes_through_the_api(api: Api) -> None:
 
 def generated_id(result: Any) -> str:
     return str(json.loads(result.output)["submission"]["request_id"])
+
+
+async def test_a_question_is_answered_once_through_the_api(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "ask"}})
+    await api.k.run()
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    (open_,) = view["questions"]
+    assert open_["task_id"] == "root.r1" and open_["question"]["choices"] == ["red", "blue"]
+    (asking,) = [task for task in view["tasks"] if task["id"] == "root.r1"]
+    assert asking["waiting_for_input"] is True
+    listed = (await api.http.get("/v1/sessions")).json()["sessions"]
+    assert listed[0]["waiting_for_input"] == 1
+
+    def answer(request_id: str, value: object, question: str = "q1", **more: str) -> Any:
+        body = {"request_id": request_id, "question_id": question, "value": value, **more}
+        return api.http.post("/v1/sessions/s1/inputs", json=body)
+
+    assert (await answer("a0", "green")).status_code == 422
+    assert (await answer("a0", "red", question="q9")).status_code == 404
+    api.wakes.calls.clear()
+    accepted = await answer("a1", "blue", why="it is calm")
+    assert accepted.status_code == 201, accepted.text
+    assert api.wakes.calls == [("s1", "answer")]
+    assert (await answer("a1", "blue")).status_code == 200, "the same request: the original"
+    second = await answer("a2", "red")
+    refused = second.json()["error"]
+    assert second.status_code == 409 and refused["code"] == "already_answered"
+    assert refused["details"]["request_id"] == "a1"
+    await api.k.run()
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    assert view["questions"] == []
+    (told,) = [task for task in view["tasks"] if task["id"] == "root.r1"]
+    assert told["result"] == "blue"
+    assert told["answers"]["q1"]["by"] == "default" and told["answers"]["q1"]["why"] == "it is calm"
+    late = await answer("a3", "red")
+    assert late.status_code == 409
+    assert "already answered by default" in late.json()["error"]["message"]
+
+
+async def test_the_stream_shows_the_question_and_its_answer(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "ask"}})
+    async with events(api) as stream:
+        _, first, _ = await stream.next()
+        current = SessionView.model_validate(first)
+        await api.k.run()  # asks
+        while not current.questions:
+            _, data, _ = await stream.next()
+            current = merge(current, CommitEvent.model_validate(data))
+        assert current.questions[0].question == COLOUR
+        await api.k.client.answer("s1", "a1", "q1", "red", by="ann")
+        await api.k.run()  # applies the answer, then finishes
+        while current.active:
+            _, data, _ = await stream.next()
+            current = merge(current, CommitEvent.model_validate(data))
+        assert current.questions == []
+        (asked,) = [task for task in current.tasks if task.id == "root.r1"]
+        assert asked.answers["q1"].by == "ann" and asked.result == "red"
+
+
+async def test_the_cli_answers_and_approves(api: Api) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    runner = CliRunner()
+    await api.submit("r1", {"task": {"kind": "ask"}})
+    await api.k.run()
+    shown = await asyncio.to_thread(runner.invoke, session_commands.app, ["show", "s1"], env=env)
+    assert "waiting for input" in shown.output and "red | blue" in shown.output
+    wrong = await asyncio.to_thread(
+        runner.invoke, session_commands.app, ["approve", "s1", "q1"], env=env
+    )
+    assert wrong.exit_code == 2 and "invalid_input" in wrong.output, "a choice, not an approval"
+    said = await asyncio.to_thread(
+        runner.invoke,
+        session_commands.app,
+        ["answer", "s1", "q1", "red", "--by", "ann", "--request-id", "a1"],
+        env=env,
+    )
+    assert said.exit_code == 0 and "answer a1 to q1 accepted (accepted)" in said.output
+    await api.k.run()
+    assert (await api.k.task("root.r1")).result == "red"
 
 
 def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:

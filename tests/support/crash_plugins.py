@@ -9,9 +9,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from brain.context import PhaseContext
-from brain.outcome import Done, PhaseOutcome, Retry, Sleep
+from brain.outcome import Done, PhaseOutcome, Retry, Sleep, Wait
 from brain.registry import Registry, TaskKind
 from brain.tools import LocalDispatcher
+from contracts.question import Question, QuestionKind
 
 
 def _note(line: str) -> None:
@@ -61,3 +62,22 @@ async def nap(registry: Registry, tools: LocalDispatcher, resources: AsyncExitSt
 
 async def later(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
     registry.add(TaskKind("later", 2, {"start": _later}))
+
+
+async def _ask(ctx: PhaseContext) -> PhaseOutcome:
+    _note("asked")
+    question = Question(
+        id="q1", prompt="Which colour?", kind=QuestionKind.CHOICE, choices=("red", "blue")
+    )
+    return Wait(question=question, next_phase="told")
+
+
+async def _told(ctx: PhaseContext) -> PhaseOutcome:
+    value = ctx.answer("q1").value
+    ctx.crash_point("ask:told")  # a kill here re-runs this phase: it notes once, after
+    _note(f"told {value}")
+    return Done(result={"value": value})
+
+
+async def ask(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
+    registry.add(TaskKind("ask", 1, {"start": _ask, "told": _told}))

@@ -1,0 +1,132 @@
+"""Finding a session's questions and judging an answer to one, the same way at the door
+(the Session API, before an answer is stored) and in the kernel (before it is applied).
+
+A question belongs to the task that asks it (its wait); its id is unique among the
+session's open work. Once settled — answered, denied by its deadline, or closed because
+its task ended — the settlement stays on the task (``Task.answers``). At the door an
+answer is also refused while another accepted answer to the same question waits to be
+applied; the door's check and its write are one unfenced commit, so of two racing
+answers the second finds the first and is told so. The kernel applies answers in log
+order: the first wins, every later one is answered as refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import ValidationError
+
+from contracts import (
+    AlreadyAnswered,
+    AnswerBody,
+    AnswerInput,
+    BrainhandsError,
+    Commit,
+    InvalidInput,
+    NotFound,
+    QuestionClosed,
+    Submission,
+    SubmissionStatus,
+    Task,
+)
+from session_store.state import SessionState
+
+
+def asker(tasks: Iterable[Task], question_id: str) -> Task | None:
+    """The task that asks (or asked, and settled) ``question_id``."""
+    for task in tasks:
+        asked = task.wait.question if task.wait is not None else None
+        if question_id in task.answers or (asked is not None and asked.id == question_id):
+            return task
+    return None
+
+
+def judge(tasks: Iterable[Task], body: AnswerBody) -> BrainhandsError | None:
+    """Why ``body`` cannot be applied now (None: it can)."""
+    task = asker(tasks, body.question_id)
+    if task is None:
+        return NotFound(
+            f"no open question {body.question_id!r} in this session",
+            question_id=body.question_id,
+        )
+    settled = task.answers.get(body.question_id)
+    if settled is not None and settled.closed:
+        return QuestionClosed(
+            f"question {body.question_id!r} was closed unanswered: {settled.why}",
+            question_id=body.question_id,
+            task_id=task.id,
+        )
+    if settled is not None:
+        return AlreadyAnswered(
+            f"question {body.question_id!r} was already answered by {settled.by}",
+            question_id=body.question_id,
+            by=settled.by,
+            request_id=settled.request_id,
+        )
+    if task.is_terminal or task.cancel_requested:
+        return QuestionClosed(
+            f"question {body.question_id!r} is closed: its task {task.id} is ending",
+            question_id=body.question_id,
+            task_id=task.id,
+        )
+    question = task.question
+    assert question is not None
+    problem = question.problem(body.value)
+    if problem is not None:
+        return InvalidInput(f"answer to {question.id!r}: {problem}", field="value")
+    return None
+
+
+def answer_body(question_id: str, value: object, by: str, why: str | None) -> AnswerBody:
+    """The answer's body, or ``InvalidInput`` naming the field that is wrong."""
+    try:
+        return AnswerBody.model_validate(
+            {"question_id": question_id, "value": value, "by": by, "why": why}
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InvalidInput(f"{where}: {first['msg']}", field=where) from None
+
+
+def answer_commit(state: SessionState, request_id: str, body: AnswerBody) -> Commit | None:
+    """The door's commit for an answer: None when this request id is in already (a
+    racing repeat); raises why the answer cannot be accepted."""
+    if request_id in state.submissions:
+        return None
+    pending = _pending(state, body.question_id)
+    if pending is not None:
+        raise AlreadyAnswered(
+            f"question {body.question_id!r} already has an accepted answer "
+            f"({pending.request_id}), not applied yet",
+            question_id=body.question_id,
+            request_id=pending.request_id,
+        )
+    refused = judge(state.tasks.values(), body)
+    if refused is not None:
+        raise refused
+    submission = Submission(
+        request_id=request_id, input=AnswerInput(answer=body).model_dump(mode="json")
+    )
+    return Commit(submissions=(submission,))
+
+
+def answer_of(submission: Submission) -> AnswerBody | None:
+    """The answer a submission carries (None: it carries work, or is malformed)."""
+    given = submission.input
+    if not isinstance(given, dict) or "answer" not in given:
+        return None
+    try:
+        return AnswerInput.model_validate(given).answer
+    except ValidationError:
+        return None
+
+
+def _pending(state: SessionState, question_id: str) -> Submission | None:
+    for submission in state.submissions.values():
+        if submission.status is not SubmissionStatus.ACCEPTED:
+            continue
+        body = answer_of(submission)
+        if body is not None and body.question_id == question_id:
+            return submission
+    return None
