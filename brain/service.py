@@ -33,7 +33,7 @@ from coordination import redis_client
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
-from coordination.routes import ADVERTISEMENT_S, Routes, model_offers, route_of
+from coordination.routes import Routes, model_offers, route_of
 from coordination.wakes import RQWakes, WakeWorker, wake_queue
 from runtime.cancellation import cancel_and_wait
 
@@ -186,7 +186,7 @@ class BrainService:
 
     async def _advertise(self, routes: Routes) -> None:
         while True:
-            await asyncio.sleep(ADVERTISEMENT_S / 3)
+            await asyncio.sleep(routes.lifetime / 3)
             try:
                 await routes.advertise(self.offers)
             except StoreUnavailable as error:

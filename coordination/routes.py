@@ -44,14 +44,18 @@ def route_of(compatibility: Iterable[str]) -> str:
 class Routes:
     """The live advertisements: route id → the kind@version keys its Brains run."""
 
-    def __init__(self, client: Redis, *, prefix: str = "bh") -> None:
+    def __init__(
+        self, client: Redis, *, prefix: str = "bh", lifetime: float = ADVERTISEMENT_S
+    ) -> None:
         self._redis = client
         self._key = f"{prefix}:routes"
+        #: how long an advertisement lives unless renewed (advertisers renew at a third)
+        self.lifetime = lifetime
 
     async def advertise(self, compatibility: Iterable[str]) -> str:
         keys = sorted(set(compatibility))
         route = route_of(keys)
-        value = json.dumps({"kinds": keys, "until": time.time() + ADVERTISEMENT_S})
+        value = json.dumps({"kinds": keys, "until": time.time() + self.lifetime})
         try:
             await self._redis.hset(self._key, route, value)
         except (RedisError, OSError) as error:

@@ -41,13 +41,19 @@ async def _answer(ctx: PhaseContext) -> PhaseOutcome:
 
 @asynccontextmanager
 async def brain(
-    store: SessionStore, url: str, prefix: str, name: str, kinds: list[str]
+    store: SessionStore,
+    url: str,
+    prefix: str,
+    name: str,
+    kinds: list[str],
+    *,
+    lifetime: float = ADVERTISEMENT_S,
 ) -> AsyncIterator[BrainService]:
     registry = Registry()
     for name_ in kinds:
         registry.add(kind(name_, {"start": _answer}))
     client = redis_client.connect(url)
-    routes = Routes(client, prefix=prefix)
+    routes = Routes(client, prefix=prefix, lifetime=lifetime)
     wakes = RQWakes(url, prefix=prefix, router=SessionRouter(store, routes))
     runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner(name)
     service = BrainService(
@@ -129,11 +135,14 @@ async def test_a_brain_advertises_its_route_again_after_redis_comes_back(
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
     async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
         gated = url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
-        async with brain(store, gated, prefix, "brain-echo", ["echo"]) as service:
+        lifetime = 3.0  # the default 15 s, shortened: the same cycle, 5 times faster
+        async with brain(
+            store, gated, prefix, "brain-echo", ["echo"], lifetime=lifetime
+        ) as service:
             gate.shut()
-            await asyncio.sleep(ADVERTISEMENT_S / 3 + 1)  # an advertisement meets it
+            await asyncio.sleep(lifetime / 3 + 0.5)  # an advertisement meets it
             gate.open()
-            await asyncio.sleep(ADVERTISEMENT_S + 1)  # what was advertised before lapsed
+            await asyncio.sleep(lifetime + 0.5)  # what was advertised before lapsed
             control = redis_client.connect(url)
             try:
                 routes = Routes(control, prefix=prefix)
