@@ -25,6 +25,7 @@ from contracts import (
     CONTROL_DOCUMENT,
     BrainhandsError,
     ErrorInfo,
+    InputPolicy,
     StoreUnavailable,
     TaskStatus,
 )
@@ -38,6 +39,7 @@ from session_api.views import (
     CancelRequest,
     CommitEvent,
     EntryView,
+    InputPolicyRequest,
     OutboxView,
     QuestionView,
     SessionList,
@@ -107,6 +109,12 @@ class SessionApiClient(ApiClient):
         )
         return Submitted(
             submission=self._parse(SubmissionView, response), created=response.status_code == 201
+        )
+
+    async def set_input_policy(self, session_id: str, policy: InputPolicy | None) -> None:
+        body = InputPolicyRequest(policy=policy)
+        await self._request(
+            "PUT", f"/v1/sessions/{session_id}/input-policy", json=body.model_dump(mode="json")
         )
 
     async def sessions(self, *, limit: int | None = None) -> SessionList:

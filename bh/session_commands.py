@@ -1,5 +1,5 @@
-"""``bh submit | answer | approve | deny | sessions | show | watch | cancel``: sessions
-through the Session API.
+"""``bh submit | answer | approve | deny | input-policy | sessions | show | watch |
+cancel``: sessions through the Session API.
 
 The API is found by ``--api-url`` / ``BH_SESSION_API_URL`` and authenticated with
 ``--token`` / ``BH_SESSION_API_TOKEN`` (prefer the variable: options show in ``ps``).
@@ -27,7 +27,7 @@ from rich.tree import Tree
 from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
-from contracts import BrainhandsError, SubmissionStatus, TaskStatus
+from contracts import BrainhandsError, InputPolicy, SubmissionStatus, TaskStatus
 from contracts.question import APPROVE, DENY
 from runtime.cancellation import cancel_and_wait
 from session_api.views import (
@@ -86,12 +86,23 @@ def submit(
         ),
     ] = False,
     conversation: Annotated[str, typer.Option(help="The conversation.")] = "main",
+    policy: Annotated[
+        InputPolicy | None,
+        typer.Option(
+            help="If the conversation's agent still runs: enqueue, interrupt or reject "
+            "[the session's default: enqueue]."
+        ),
+    ] = None,
     api_url: ApiUrl = None,
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
     """Submit input to a session (once per request id) and print the submission."""
     given = _json_input(text) if json_input else text
+    if policy is not None:
+        if json_input:
+            raise typer.BadParameter("--policy goes with a text message, not --json-input")
+        given = {"text": text, "policy": policy.value}
     rid = request_id or uuid.uuid4().hex
     submitted = run_client(
         SessionApiClient,
@@ -105,6 +116,24 @@ def submit(
     sub = submitted.submission
     said = "submitted" if submitted.created else "already submitted: the original, no new work"
     console.print(f"{sub.request_id} {said} to {session_id} ({sub.status.value})", highlight=False)
+    if sub.error is not None:
+        errors.print(f"{sub.error.code}: {sub.error.message}", highlight=False)
+
+
+@app.command("input-policy")
+def input_policy(
+    session_id: SessionArg,
+    policy: Annotated[
+        InputPolicy, typer.Argument(help="enqueue (the default), interrupt or reject.")
+    ],
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+) -> None:
+    """Set what a session does with a message that arrives while its agent still runs."""
+    run_client(
+        SessionApiClient, api_url, token, lambda api: api.set_input_policy(session_id, policy)
+    )
+    console.print(f"{session_id}: messages while its agent runs: {policy.value}", highlight=False)
 
 
 @app.command()
@@ -458,11 +487,12 @@ def operations_table(operations: list[OperationView], total: int) -> Table:
 
 def submissions_table(submissions: list[SubmissionView]) -> Table:
     table = Table(title="submissions", title_justify="left")
-    for column in ("request", "status", "task", "answer"):
+    for column in ("request", "status", "task", "taken in", "answer"):
         table.add_column(column, overflow="fold")
     for sub in submissions:
         answer = f"{sub.error.code}: {sub.error.message}" if sub.error else _short(sub.answer)
-        table.add_row(sub.request_id, sub.status.value, sub.task_id or "", answer)
+        handling = sub.handling.value if sub.handling else ""
+        table.add_row(sub.request_id, sub.status.value, sub.task_id or "", handling, answer)
     return table
 
 

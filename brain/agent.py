@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from brain.context import PhaseContext
+from brain.decide import INPUTS_SEEN
 from brain.model.messages import ChatMessage, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, TaskSpec, Wait
 from brain.registry import TaskKind
@@ -72,7 +73,9 @@ def agent_kinds(*, max_rounds: int = 16, approvals: Sequence[ApprovalRule] = ())
         round_ = ctx.memo_int("round") + 1
         if round_ > max_rounds:
             return Fail(error=ErrorInfo(code="too_many_rounds", message=f"over {max_rounds}"))
-        return Next(phase="request", effects=Effects(memo={"round": round_}))
+        noted = _interrupted(ctx)
+        memo: dict[str, JsonValue] = {"round": round_, "interrupted": None}
+        return Next(phase="request", effects=Effects(entries=noted, memo=memo))
 
     async def check_call(ctx: PhaseContext) -> PhaseOutcome:
         return await _check_call(ctx, approvals)
@@ -85,7 +88,11 @@ def agent_kinds(*, max_rounds: int = 16, approvals: Sequence[ApprovalRule] = ())
     }
     return [
         TaskKind(
-            AGENT, 1, {"prepare": prepare, "start": prepare, "request": _request, "tools": _tools}
+            AGENT,
+            1,
+            {"prepare": prepare, "start": prepare, "request": _request, "tools": _tools},
+            # a new message may abandon a model call: the next round's request includes it
+            interruptible={"request": "prepare"},
         ),
         TaskKind(TOOL_CALL, 1, call_phases),
     ]
@@ -126,7 +133,12 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         },
     )
     if not calls:
-        return Done(result=reply.content, effects=Effects(entries=(*interrupted, response)))
+        seen = {entry.id for entry in history}
+        joined: list[JsonValue] = [r for r in ctx.joined_messages() if f"in.{r}" in seen]
+        return Done(
+            result=reply.content,
+            effects=Effects(entries=(*interrupted, response), memo={INPUTS_SEEN: joined}),
+        )
     spawn = tuple(_tool_task(task_id, call, conversation) for task_id, call in calls)
     return Wait(
         tasks=tuple(spec.id for spec in spawn),
@@ -357,6 +369,26 @@ def _interruptions(
         for attempt in range(1, ctx.attempt)
         if f"{prefix}.int{attempt}" not in recorded
     )
+
+
+def _interrupted(ctx: PhaseContext) -> tuple[Entry, ...]:
+    """The record of a model call a new message abandoned (policy interrupt), if the
+    last round's was."""
+    said = ctx.memo.get("interrupted")
+    if not isinstance(said, dict):
+        return ()
+    round_ = ctx.memo_int("round")
+    entry = Entry(
+        id=f"{ctx.task.id}.r{round_}.interrupted",
+        kind=EntryKind.INTERRUPTION,
+        conversation_id=str(ctx.input.get("conversation_id", "main")),
+        content={
+            "round": round_,
+            "why": str(said.get("why")),
+            "note": "the model call was abandoned; no part of it is used as a response",
+        },
+    )
+    return (entry,)
 
 
 def _interruption(entry_id: str, conversation: str, attempt: int, why: str) -> Entry:

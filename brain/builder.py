@@ -36,6 +36,8 @@ class CommitBuilder:
         self._sent: list[str] = []
         self._applied: list[str] = []
         self._intents: dict[str, Intent] = {}
+        #: tasks whose running phase a new message asks to abandon (policy interrupt)
+        self.interrupts: set[str] = set()
 
     def task(self, task_id: str) -> Task:
         """The task as this commit will leave it (so far)."""

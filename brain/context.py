@@ -63,6 +63,17 @@ class PhaseContext:
             raise NotFound(f"task {self.task.id} has no answer to {question_id!r}")
         return answer
 
+    def joined_messages(self) -> list[str]:
+        """Request ids of open messages that joined this task (they arrived while it ran
+        in their conversation, ``brain.ingest``), oldest first."""
+        return [
+            sub.request_id
+            for sub in self._handle.state.submissions.values()
+            if sub.task_id == self.task.id
+            and sub.request_id != self.task.owner_id
+            and not sub.status.is_final
+        ]
+
     def document(self, name: str) -> Document | None:
         return self._handle.state.documents.get(name)
 

@@ -18,12 +18,16 @@ from contracts import (
     Question,
     Refused,
     SleepCondition,
+    SubmissionStatus,
     Task,
     TaskStatus,
     WaitCondition,
 )
 from contracts.question import BY_DEADLINE, BY_KERNEL, DENY, OnDeadline, QuestionKind
 from session_store.questions import asker
+
+#: memo member of a task: the request ids of joined messages its last model call saw
+INPUTS_SEEN = "inputs_seen"
 
 _SUBMISSION_STATUS = {
     Outcome.SUCCEEDED: "answered",
@@ -232,18 +236,36 @@ def fail(b: CommitBuilder, task_id: str, error: ErrorInfo, *, runner_id: str) ->
 
 def settle_owner(b: CommitBuilder, task: Task) -> None:
     """A root task that settles answers the submission it was created for, in the same
-    commit."""
+    commit, and the messages that joined it (``brain.ingest``). A task that says which
+    joined messages its last model call saw (memo ``inputs_seen``) answers only those;
+    any other goes back to ``accepted`` and gets a turn of its own."""
     if task.parent_id is not None or task.owner_id is None or task.outcome is None:
         return
+    answer = task.result if task.outcome is Outcome.SUCCEEDED else None
     submission = b.find_submission(task.owner_id)
-    if submission is None or submission.status.is_final:
-        return
-    b.update_submission(
-        task.owner_id,
-        status=_SUBMISSION_STATUS[task.outcome],
-        answer=task.result if task.outcome is Outcome.SUCCEEDED else None,
-        error=task.error,
-    )
+    if submission is not None and not submission.status.is_final:
+        b.update_submission(
+            task.owner_id, status=_SUBMISSION_STATUS[task.outcome], answer=answer, error=task.error
+        )
+    seen = task.memo.get(INPUTS_SEEN)
+    for joined in b.submissions():
+        if joined.task_id != task.id or joined.request_id == task.owner_id:
+            continue
+        if joined.status.is_final:
+            continue
+        unseen = isinstance(seen, list) and joined.request_id not in seen
+        if task.outcome is Outcome.SUCCEEDED and unseen:
+            # it came after the task's last model call: it gets a turn of its own
+            b.update_submission(
+                joined.request_id, status=SubmissionStatus.ACCEPTED, task_id=None, handling=None
+            )
+            continue
+        b.update_submission(
+            joined.request_id,
+            status=_SUBMISSION_STATUS[task.outcome],
+            answer=answer,
+            error=task.error,
+        )
 
 
 def _retry(

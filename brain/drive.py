@@ -27,7 +27,7 @@ from brain.builder import CommitBuilder
 from brain.context import PhaseContext
 from brain.ingest import ingest, root_task_id
 from brain.operations import Dispatched, OperationInFlight, OperationParked
-from brain.outcome import Effects, Fail, PhaseOutcome, Retry, Wait
+from brain.outcome import Effects, Fail, Next, PhaseOutcome, Retry, Wait
 from brain.registry import TaskKind
 from bus import CANCEL_SUBJECT, dispatch_subject
 from contracts import (
@@ -96,6 +96,10 @@ class Drive:
         #: tasks whose running phase was stopped because their cancellation was committed
         self.stopped: set[str] = set()
         self.refused: dict[str, ErrorInfo] = {}
+        #: tasks a new message asked to interrupt (in the last planning pass built)
+        self._interrupts: set[str] = set()
+        #: of those, the ones whose running phase was abandoned: task id -> why
+        self.interrupted: dict[str, str] = {}
         self.plan = planner.Plan()
         #: awaited operations without a result at the last planning pass
         self.awaiting: set[str] = set()
@@ -202,6 +206,8 @@ class Drive:
             self._plan_into(b, facts, launch)
 
         committed = await self._commit_decisions(build)
+        if committed:
+            self._interrupt(self._interrupts)
         if launch:
             self._prove(f"starting {len(launch)} phase(s)")
         for task_id in launch:
@@ -211,6 +217,7 @@ class Drive:
     def _plan_into(self, b: CommitBuilder, facts: planner.Facts, launch: list[str]) -> None:
         launch.clear()
         ingest(b, root_kind=self.runner.root_kind, refused=self.refused)
+        self._interrupts = set(b.interrupts)
         self.plan = planner.plan(
             b.state_view(),
             self.runner.registry,
@@ -382,6 +389,12 @@ class Drive:
         except LeaseLost:
             raise  # this process can no longer prove its lease: decide nothing
         except asyncio.CancelledError:
+            why = self.interrupted.pop(task.id, None)
+            if running.cancelled() and why is not None and task.id not in self.stopped:
+                return Next(
+                    phase=kind.interruptible[task.phase],
+                    effects=Effects(memo={"interrupted": {"phase": task.phase, "why": why}}),
+                )
             if not running.cancelled() or task.id not in self.stopped:
                 raise  # the drive is abandoned (lease lost, shutdown): decide nothing
             cancelled = await context.record_cancelled_call()
@@ -477,6 +490,19 @@ class Drive:
                     self.changed.set()
                 return True
         raise StoreUnavailable(f"could not commit to {self.handle.session_id}: too many races")
+
+    def _interrupt(self, task_ids: set[str]) -> None:
+        """A committed message asked to interrupt these tasks: abandon the running phase
+        of each, if its kind declares that phase interruptible (persist, then adopt)."""
+        for task_id in task_ids:
+            running = self.handlers.get(task_id)
+            task = self.handle.state.tasks.get(task_id)
+            if running is None or task is None:
+                continue  # nothing running here: its next phase sees the message anyway
+            kind = self.runner.registry.resolve(task).kind
+            if kind is not None and task.phase in kind.interruptible:
+                self.interrupted[task_id] = "a new message interrupted it"
+                running.cancel()
 
     def _stop_cancelled(self) -> None:
         """Tell active phases of tasks whose cancellation was just committed to stop."""

@@ -22,6 +22,8 @@ from contracts import (
     Answer,
     BrainhandsError,
     ErrorInfo,
+    Handling,
+    InputPolicy,
     Submission,
     SubmissionStatus,
     TaskInput,
@@ -29,6 +31,7 @@ from contracts import (
 )
 from session_store.intake import read_work
 from session_store.questions import answer_of, asker, judge
+from session_store.submissions import input_policy, running_message
 
 
 def root_task_id(request_id: str) -> str:
@@ -51,6 +54,11 @@ def ingest(b: CommitBuilder, *, root_kind: str, refused: Mapping[str, ErrorInfo]
         elif submission.status is SubmissionStatus.ACCEPTED and submission.task_id is None:
             _accept(b, submission, reason, root_kind, refused.get(submission.request_id))
         elif reason is not None and submission.task_id is not None:
+            if submission.task_id != root_task_id(submission.request_id):
+                # it joined another message's agent: only this message is cancelled
+                if not submission.status.is_final:
+                    b.update_submission(submission.request_id, status=SubmissionStatus.CANCELLED)
+                continue
             cancel_tasks.setdefault(submission.task_id, reason)
     for task_id, reason in cancel_tasks.items():
         task = b.tasks_by_id().get(task_id)
@@ -97,6 +105,8 @@ def _accept(
     if cancelled is not None:
         b.update_submission(request_id, status=SubmissionStatus.CANCELLED)
         return
+    if _joins_running(b, submission):
+        return
     try:
         spec = _root_spec(submission, root_kind)
     except BrainhandsError as error:
@@ -115,7 +125,50 @@ def _accept(
         )
         return
     root = b.create(spec, parent_id=None, owner_id=request_id)
-    b.update_submission(request_id, status=SubmissionStatus.PROCESSING, task_id=root.id)
+    b.update_submission(
+        request_id,
+        status=SubmissionStatus.PROCESSING,
+        task_id=root.id,
+        handling=Handling.STARTED,
+    )
+
+
+def _joins_running(b: CommitBuilder, submission: Submission) -> bool:
+    """A message for a conversation whose agent is still at work joins that agent (its
+    entry is in the conversation already: the agent's next model call sees it), or
+    abandons its running model call first, or is refused, as its policy says."""
+    try:
+        given = read_work(submission.input)
+    except BrainhandsError:
+        return False  # answered as failed by the caller
+    if isinstance(given, TaskInput):
+        return False
+    state = b.state_view()
+    running = running_message(state, submission.conversation_id, besides=submission.request_id)
+    task = b.tasks_by_id().get(running.task_id or "") if running is not None else None
+    if task is None or task.is_terminal or task.cancel_requested:
+        return False
+    policy = input_policy(state, given)
+    request_id = submission.request_id
+    if policy is InputPolicy.REJECT:
+        b.update_submission(
+            request_id,
+            status=SubmissionStatus.FAILED,
+            handling=Handling.REJECTED,
+            error=ErrorInfo(
+                code="busy",
+                message=f"refused: task {task.id} is still answering an earlier message "
+                f"in conversation {submission.conversation_id} (policy reject)",
+            ),
+        )
+        return True
+    handling = Handling.INTERRUPTED if policy is InputPolicy.INTERRUPT else Handling.ENQUEUED
+    b.update_submission(
+        request_id, status=SubmissionStatus.PROCESSING, task_id=task.id, handling=handling
+    )
+    if handling is Handling.INTERRUPTED:
+        b.interrupts.add(task.id)
+    return True
 
 
 def _root_spec(submission: Submission, root_kind: str) -> TaskSpec:

@@ -40,7 +40,10 @@ class TaskKind:
 
     ``max_crashes`` is the restart limit: a phase that was started this many times
     without an outcome (its process died each time) fails the task. ``max_attempts``
-    bounds retries after errors.
+    bounds retries after errors. ``interruptible`` names the phases a new message may
+    abandon (policy ``interrupt``), each with the phase to enter instead; the abandoned
+    phase's handler is cancelled, and the next phase finds why in the memo
+    (``interrupted``).
     """
 
     name: str
@@ -49,6 +52,7 @@ class TaskKind:
     max_crashes: int = 3
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
+    interruptible: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

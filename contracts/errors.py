@@ -29,7 +29,8 @@ session's operation); reloading does not change the answer.
     │   ├── VersionMismatch              version_mismatch
     │   ├── OperationMismatch            operation_mismatch
     │   ├── AlreadyAnswered              already_answered     (a question: the first wins)
-    │   └── QuestionClosed               question_closed      (its task moved on or ended)
+    │   ├── QuestionClosed               question_closed      (its task moved on or ended)
+    │   └── Busy                         busy                 (reject: an agent is running)
     ├── Unauthorized                     unauthorized         an API refused the token
     ├── Forbidden                        forbidden            the token's scope excludes it
     ├── FencedError                      fenced               terminal for that lease
@@ -159,6 +160,12 @@ class QuestionClosed(Refused):
     """A question's task no longer waits for it (cancelled, or it ended)."""
 
     code = "question_closed"
+
+
+class Busy(Refused):
+    """A message under the ``reject`` policy while its conversation's agent runs."""
+
+    code = "busy"
 
 
 class VersionMismatch(Refused):

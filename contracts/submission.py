@@ -26,6 +26,24 @@ class SubmissionStatus(StrEnum):
 _FINAL = frozenset({SubmissionStatus.ANSWERED, SubmissionStatus.FAILED, SubmissionStatus.CANCELLED})
 
 
+class InputPolicy(StrEnum):
+    """What happens to a message for a conversation whose agent is still working on an
+    earlier one (``docs/session-api.md``, "Messages while an agent runs")."""
+
+    ENQUEUE = "enqueue"  # the running agent sees it at its next model call, in order
+    INTERRUPT = "interrupt"  # its running model call is abandoned; the next includes it
+    REJECT = "reject"  # refused: answered as failed (``busy``), not added to the conversation
+
+
+class Handling(StrEnum):
+    """How a submission was taken in (shown in the view)."""
+
+    STARTED = "started"  # it started a task of its own
+    ENQUEUED = "enqueued"  # joined the agent already running in its conversation
+    INTERRUPTED = "interrupted"  # joined it and abandoned its running model call
+    REJECTED = "rejected"  # refused under the reject policy
+
+
 class SubmittedTask(Frozen):
     """A task a client asks for by kind and version; the kernel chooses its id and phase."""
 
@@ -41,6 +59,9 @@ class TextInput(Frozen):
     #: the model configuration that must answer (a Brain offers its model by name);
     #: None: any Brain with a model
     model: str | None = None
+    #: what to do if the conversation's agent is still running (None: the session's
+    #: default, else ``enqueue``)
+    policy: InputPolicy | None = None
 
 
 class TaskInput(Frozen):
@@ -62,6 +83,8 @@ class Submission(Frozen):
     input: JsonValue = None
     status: SubmissionStatus = SubmissionStatus.ACCEPTED
     task_id: Identifier | None = None
+    #: how it was taken in: its own task, or joining (and maybe interrupting) a running one
+    handling: Handling | None = None
     answer: JsonValue = None
     error: ErrorInfo | None = None
     rev: int = Field(default=1, ge=1)

@@ -43,7 +43,7 @@ from session_api.views import (
     WaitView,
 )
 from session_store import SessionHandle, SessionState, SessionStore
-from session_store.submissions import DECISIONS
+from session_store.submissions import DECISIONS, input_policy
 
 #: Entries are shortened to this many characters.
 TEXT_LIMIT: Final = 200
@@ -81,6 +81,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         cancel_requests=_strings(control.get("cancel_requests")),
         cancel_tasks=_strings(control.get("cancel_tasks")),
         decisions=_decisions(control.get(DECISIONS)),
+        input_policy=input_policy(state, None),
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in state.outbox.values()],
         archived=Archived(
             entries=state.entries_archived,

@@ -27,6 +27,7 @@ from session_api.views import (
     AnswerRequest,
     CancelAccepted,
     CancelRequest,
+    InputPolicyRequest,
     SessionList,
     SessionSummary,
     SessionView,
@@ -129,6 +130,16 @@ def sessions_router(context: ApiContext) -> APIRouter:
         if not submission.status.is_final:
             await context.wake(session_id, "answer")
         return submission_view(submission)
+
+    @router.put("/{session_id}/input-policy", responses=_ERRORS)
+    async def set_input_policy(
+        session_id: SessionId, body: InputPolicyRequest, grant: Operator
+    ) -> InputPolicyRequest:
+        """Set the session's default for a message that arrives while its conversation's
+        agent still runs: ``enqueue`` (the default), ``interrupt`` or ``reject``."""
+        check_session(grant, session_id)
+        await context.client.set_input_policy(session_id, body.policy)
+        return body
 
     @router.get("")
     async def list_sessions(grant: Reader, limit: LimitParam = None) -> SessionList:

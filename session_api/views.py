@@ -17,6 +17,8 @@ from contracts import (
     Answer,
     EntryKind,
     ErrorInfo,
+    Handling,
+    InputPolicy,
     JoinPolicy,
     OperationStatus,
     Outcome,
@@ -78,6 +80,13 @@ class AnswerRequest(Frozen):
     why: str | None = Field(default=None, max_length=4000)
 
 
+class InputPolicyRequest(Frozen):
+    """The session's default for messages that arrive while its agent runs (null: back
+    to ``enqueue``); a message's own ``policy`` comes first."""
+
+    policy: InputPolicy | None
+
+
 # -- records --------------------------------------------------------------------------
 
 
@@ -86,6 +95,9 @@ class SubmissionView(Frozen):
     conversation_id: str
     status: SubmissionStatus
     task_id: str | None = None
+    #: how it was taken in: ``started`` its own task, ``enqueued`` / ``interrupted``
+    #: joined the agent running in its conversation, ``rejected``
+    handling: Handling | None = None
     input: JsonValue = None
     answer: JsonValue = None
     error: ErrorInfo | None = None
@@ -241,6 +253,8 @@ class SessionView(Frozen):
     blocked: list[BlockedTask]
     #: the open questions of its waiting tasks, oldest first
     questions: list[QuestionView] = Field(default_factory=list)
+    #: the session's default for messages that arrive while its agent runs
+    input_policy: InputPolicy = InputPolicy.ENQUEUE
     cancel_requests: dict[str, str] = Field(default_factory=dict)
     cancel_tasks: dict[str, str] = Field(default_factory=dict)
     #: operators' decisions on its uncertain operations, by operation id

@@ -23,14 +23,19 @@ from pydantic import JsonValue
 from contracts import (
     CONTROL_DOCUMENT,
     AlreadyExists,
+    Busy,
     Commit,
     ConflictError,
     DocumentPatch,
     Entry,
     EntryKind,
+    ErrorInfo,
+    Handling,
+    InputPolicy,
     InvalidInput,
     NotFound,
     Submission,
+    SubmissionStatus,
     TextInput,
 )
 from session_store.handle import SessionHandle
@@ -42,6 +47,8 @@ from session_store.store import SessionStore
 _RACES = 8
 #: The control document's member that says how operators settled operations.
 DECISIONS = "decisions"
+#: The control document's member with the session's default ``InputPolicy``.
+INPUT_POLICY = "input_policy"
 
 
 class SessionClient:
@@ -79,10 +86,16 @@ class SessionClient:
             else ()
         )
         accept = Commit(submissions=(submission,), entries=entries)
+
+        def build(state: SessionState) -> Commit | None:
+            if request_id in state.submissions:
+                return None
+            if isinstance(text, str) and _rejects(state, given, conversation_id):
+                return Commit(submissions=(_rejected(submission, conversation_id),))
+            return accept
+
         try:
-            landed = await _commit_unfenced(
-                handle, lambda state: None if request_id in state.submissions else accept
-            )
+            landed = await _commit_unfenced(handle, build)
         except AlreadyExists:  # settled and archived meanwhile by another writer's view
             landed = False
         found = await handle.submission(request_id)
@@ -162,6 +175,19 @@ class SessionClient:
         handle = await self.store.session(session_id)
         await _commit_unfenced(handle, lambda state: Commit(documents=(patch,)))
 
+    async def set_input_policy(self, session_id: str, policy: InputPolicy | None) -> None:
+        """The session's default for messages that arrive while its agent runs (None:
+        back to ``enqueue``); a message's own policy comes first."""
+        value = None if policy is None else policy.value
+        patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={INPUT_POLICY: value}, create=True)
+        handle = await self.store.session(session_id)
+
+        def build(state: SessionState) -> Commit | None:
+            said = control_member(state, INPUT_POLICY)
+            return None if said == value else Commit(documents=(patch,))
+
+        await _commit_unfenced(handle, build)
+
     async def report_blocked(self, session_id: str, reasons: dict[str, str] | None) -> None:
         """Record which work of the session no running Brain can run, and why (None:
         nothing is blocked any more), in its control document."""
@@ -199,6 +225,60 @@ class SessionClient:
         # A resubmission may follow a crash that lost the session's index marker.
         if not submission.status.is_final:
             await self.store.index.mark(handle.session_id)
+
+
+def control_member(state: SessionState, member: str) -> object:
+    """A member of the session's control document (None when absent)."""
+    control = state.documents.get(CONTROL_DOCUMENT)
+    return control.body.get(member) if control and isinstance(control.body, dict) else None
+
+
+def input_policy(state: SessionState, given: object) -> InputPolicy:
+    """The policy for a message: its own, else the session's default, else enqueue."""
+    own = given.policy if isinstance(given, TextInput) else None
+    if own is not None:
+        return own
+    try:
+        return InputPolicy(str(control_member(state, INPUT_POLICY)))
+    except ValueError:
+        return InputPolicy.ENQUEUE
+
+
+def running_message(
+    state: SessionState, conversation_id: str, *, besides: str | None = None
+) -> Submission | None:
+    """The open message (text submission) of a conversation that has (or is about to
+    have) an agent task of its own: that agent is at work in the conversation."""
+    for submission in state.submissions.values():
+        if submission.status.is_final or submission.conversation_id != conversation_id:
+            continue
+        if submission.request_id == besides:
+            continue
+        given = submission.input
+        text = isinstance(given, str) or (isinstance(given, dict) and "text" in given)
+        if text and submission.handling in (None, Handling.STARTED):
+            return submission
+    return None
+
+
+def _rejects(state: SessionState, given: object, conversation_id: str) -> bool:
+    busy = running_message(state, conversation_id) is not None
+    return busy and input_policy(state, given) is InputPolicy.REJECT
+
+
+def _rejected(submission: Submission, conversation_id: str) -> Submission:
+    running = "an agent is still answering an earlier message"
+    return submission.model_copy(
+        update={
+            "status": SubmissionStatus.FAILED,
+            "handling": Handling.REJECTED,
+            "error": ErrorInfo(
+                code=Busy.code,
+                message=f"refused: {running} in conversation {conversation_id} "
+                "(policy reject); send it again once that one is answered",
+            ),
+        }
+    )
 
 
 def blocked_reasons(state: SessionState) -> object:

@@ -14,6 +14,9 @@ Script file (JSON)::
     {"model": "scripted",
      "turns": [{"tool_calls": [{"name": "send_batch_emails", "arguments": {"to": ["a@x"]}}]},
                {"content": "All done: {last_tool_result}"}]}
+
+In ``content``, ``{last_tool_result}`` and ``{last_user_message}`` stand for the last
+tool message and the last user message of the request.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from contracts.model import Frozen
 
 TOKEN_VAR = "BH_SCRIPTED_MODEL_TOKEN"
 LAST_TOOL_RESULT = "{last_tool_result}"
+LAST_USER_MESSAGE = "{last_user_message}"
 
 
 class ScriptedToolCall(Frozen):
@@ -212,9 +216,12 @@ def _completion(
 def _content(turn: Turn, messages: Sequence[dict[str, Any]]) -> str | None:
     if turn.content is None:
         return None
-    tool_results = [m.get("content") for m in messages if m["role"] == "tool"]
-    last = tool_results[-1] if tool_results else ""
-    return turn.content.replace(LAST_TOOL_RESULT, last if isinstance(last, str) else "")
+    content = turn.content
+    for placeholder, role in ((LAST_TOOL_RESULT, "tool"), (LAST_USER_MESSAGE, "user")):
+        said = [m.get("content") for m in messages if m["role"] == role]
+        last = said[-1] if said else ""
+        content = content.replace(placeholder, last if isinstance(last, str) else "")
+    return content
 
 
 def _words(text: object) -> int:

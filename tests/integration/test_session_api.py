@@ -199,6 +199,7 @@ ROUTES = [
     ("GET", "/v1/sessions/s1/events", None),
     ("POST", "/v1/sessions/s1/submissions", {"request_id": "r1", "input": "hi"}),
     ("POST", "/v1/sessions/s1/cancel", {"request_id": "r1"}),
+    ("PUT", "/v1/sessions/s1/input-policy", {"policy": "reject"}),
     ("POST", "/v1/sessions/s1/inputs", {"request_id": "a1", "question_id": "q1", "value": "x"}),
     ("GET", "/openapi.json", None),
     ("GET", "/v1/no-such-route", None),
@@ -537,6 +538,7 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
         "/v1/sessions/{session_id}/submissions",
         "/v1/sessions/{session_id}/cancel",
         "/v1/sessions/{session_id}/inputs",
+        "/v1/sessions/{session_id}/input-policy",
         "/v1/sessions/{session_id}/events",
     }
     assert paths["/v1/sessions/{session_id}"]["get"]["security"] == [{"HTTPBearer": []}]
@@ -673,6 +675,34 @@ async def test_the_cli_answers_and_approves(api: Api) -> None:
     assert said.exit_code == 0 and "answer a1 to q1 accepted (accepted)" in said.output
     await api.k.run()
     assert (await api.k.task("root.r1")).result == "red"
+
+
+async def test_messages_while_an_agent_runs_follow_the_policy(api: Api) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    runner = CliRunner()
+    await api.submit("r1", "hello")
+    put = await api.http.put("/v1/sessions/s1/input-policy", json={"policy": "reject"})
+    assert put.status_code == 200 and put.json() == {"policy": "reject"}
+    assert (await api.http.get("/v1/sessions/s1")).json()["input_policy"] == "reject"
+    refused = await api.submit("r2", "me too")
+    assert refused["status"] == "failed" and refused["handling"] == "rejected"
+    assert refused["error"]["code"] == "busy"
+    said = await asyncio.to_thread(
+        runner.invoke,
+        session_commands.app,
+        ["submit", "s1", "now", "--policy", "enqueue", "--request-id", "r3"],
+        env=env,
+    )
+    assert said.exit_code == 0 and "r3 submitted to s1 (accepted)" in said.output, said.output
+    shown = await asyncio.to_thread(runner.invoke, session_commands.app, ["show", "s1"], env=env)
+    assert "rejected" in shown.output and "busy" in shown.output
+    bad = await api.http.put("/v1/sessions/s1/input-policy", json={"policy": "later"})
+    assert bad.status_code == 422
+    reset = await asyncio.to_thread(
+        runner.invoke, session_commands.app, ["input-policy", "s1", "enqueue"], env=env
+    )
+    assert reset.exit_code == 0 and "enqueue" in reset.output
+    assert (await api.http.get("/v1/sessions/s1")).json()["input_policy"] == "enqueue"
 
 
 def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:
