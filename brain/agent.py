@@ -117,7 +117,13 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         reply = await model.complete(messages, tools=tools, request_id=f"{prefix}.a{ctx.attempt}")
     except ModelUnavailable as error:
         note = _interruption(f"{prefix}.int{ctx.attempt}", conversation, ctx.attempt, error.message)
-        return Retry(reason=error.message, effects=Effects(entries=(*interrupted, note)))
+        # a server's Retry-After is a durable backoff: the task sleeps as pending, and
+        # its Brain lets go of the session meanwhile
+        wait = error.details.get("retry_after")
+        delay = timedelta(seconds=float(wait)) if isinstance(wait, int | float) else None
+        return Retry(
+            reason=error.message, delay=delay, effects=Effects(entries=(*interrupted, note))
+        )
     ctx.crash_point("call:after:model")
     calls = [(f"{prefix}.c{n}", call) for n, call in enumerate(reply.tool_calls)]
     response = Entry(

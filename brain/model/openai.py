@@ -4,7 +4,8 @@ One HTTP attempt per call. httpx errors and HTTP statuses are translated here, a
 into the project's error tree:
 
 - timeout, connection failure, 429, 5xx, or a 200 whose body is not a completion
-  → ``ModelUnavailable`` (retryable; ``details["status"]`` holds the HTTP status if any);
+  → ``ModelUnavailable`` (retryable; ``details["status"]`` holds the HTTP status if any,
+  ``details["retry_after"]`` the seconds a ``Retry-After`` header asked for);
 - any other non-200 status → ``ModelRejected`` with the server's message, truncated.
 
 The API key is sent only in the ``Authorization`` header and never appears in errors.
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -99,6 +102,9 @@ class OpenAIChatClient:
         status = response.status_code
         where = {**self._where(request_id), "status": status}
         text = self._error_text(response)
+        wait = retry_after(response.headers.get("retry-after"))
+        if wait is not None:
+            where["retry_after"] = wait
         if status == 429:
             raise ModelUnavailable(f"model server is rate limiting (HTTP 429): {text}", **where)
         if status >= 500:
@@ -114,6 +120,32 @@ class OpenAIChatClient:
 
     def _where(self, request_id: str) -> dict[str, Any]:
         return {"url": self._url, "model": self._settings.model, "request_id": request_id}
+
+
+#: A server's Retry-After is honoured up to this many seconds.
+MAX_RETRY_AFTER: Final = 3600.0
+
+
+def retry_after(header: str | None) -> float | None:
+    """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date, read
+    against this host's clock), bounded by ``MAX_RETRY_AFTER``; None when absent or
+    unreadable."""
+    if header is None or not header.strip():
+        return None
+    text = header.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            moment = parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if moment.tzinfo is None:
+            return None
+        seconds = (moment - datetime.now(UTC)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:
@@ -227,12 +259,18 @@ def _parse_reply(response: httpx.Response, request_id: str) -> ModelReply:
 
 
 def _counts(usage: dict[str, Any]) -> dict[str, int]:
-    # Providers nest detail objects in usage; only the top-level token counts are kept.
-    return {
+    # Providers nest detail objects in usage; the top-level token counts are kept, and
+    # the cached prompt tokens (OpenAI's prompt_tokens_details.cached_tokens).
+    counts = {
         key: value
         for key, value in usage.items()
         if isinstance(value, int) and not isinstance(value, bool)
     }
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        counts["cached_tokens"] = cached
+    return counts
 
 
 def _malformed(request_id: str, reason: str) -> ModelUnavailable:

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 from starlette.applications import Starlette
@@ -64,13 +64,16 @@ class ScriptedToolCall(Frozen):
 class Turn(Frozen):
     """One scripted assistant message, optionally preceded by failures or a delay.
 
-    The first ``fail_first`` requests that reach this turn get HTTP 503 at once (counted in
-    server memory); a request that is answered waits ``delay_seconds`` first.
+    The first ``fail_first`` requests that reach this turn get HTTP ``fail_status`` (503,
+    or 429) at once (counted in server memory), with ``Retry-After: retry_after`` when
+    given; a request that is answered waits ``delay_seconds`` first.
     """
 
     content: str | None = None
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     fail_first: int = Field(default=0, ge=0)
+    fail_status: Literal[429, 503] = 503
+    retry_after: float | None = Field(default=None, ge=0)
     delay_seconds: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
@@ -152,9 +155,13 @@ class ScriptedModel:
         served = self._failures.get(index, 0)
         if served < turn.fail_first:
             self._failures[index] = served + 1
-            return _error(
-                503, f"scripted failure {served + 1} of {turn.fail_first} for turn {index}"
+            failed = _error(
+                turn.fail_status,
+                f"scripted failure {served + 1} of {turn.fail_first} for turn {index}",
             )
+            if turn.retry_after is not None:
+                failed.headers["Retry-After"] = f"{turn.retry_after:g}"
+            return failed
         await asyncio.sleep(turn.delay_seconds)
         return JSONResponse(_completion(self.script.model, index, turn, messages))
 
