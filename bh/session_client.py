@@ -24,6 +24,7 @@ from bh.api_client import ApiClient, error_of
 from contracts import (
     CONTROL_DOCUMENT,
     BrainhandsError,
+    Budget,
     ErrorInfo,
     InputPolicy,
     StoreUnavailable,
@@ -35,6 +36,7 @@ from session_api.views import (
     ERROR_EVENT,
     VIEW_EVENT,
     AnswerRequest,
+    BudgetRequest,
     CancelAccepted,
     CancelRequest,
     CommitEvent,
@@ -115,6 +117,12 @@ class SessionApiClient(ApiClient):
         body = InputPolicyRequest(policy=policy)
         await self._request(
             "PUT", f"/v1/sessions/{session_id}/input-policy", json=body.model_dump(mode="json")
+        )
+
+    async def set_budget(self, session_id: str, budget: Budget | None) -> None:
+        body = BudgetRequest(budget=budget)
+        await self._request(
+            "PUT", f"/v1/sessions/{session_id}/budget", json=body.model_dump(mode="json")
         )
 
     async def sessions(self, *, limit: int | None = None) -> SessionList:

@@ -1,5 +1,5 @@
-"""``bh submit | answer | approve | deny | input-policy | sessions | show | watch |
-cancel``: sessions through the Session API.
+"""``bh submit | answer | approve | deny | input-policy | budget | sessions | show |
+watch | cancel``: sessions through the Session API.
 
 The API is found by ``--api-url`` / ``BH_SESSION_API_URL`` and authenticated with
 ``--token`` / ``BH_SESSION_API_TOKEN`` (prefer the variable: options show in ``ps``).
@@ -27,7 +27,7 @@ from rich.tree import Tree
 from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
-from contracts import BrainhandsError, InputPolicy, SubmissionStatus, TaskStatus
+from contracts import BrainhandsError, Budget, InputPolicy, SubmissionStatus, TaskStatus
 from contracts.question import APPROVE, DENY
 from runtime.cancellation import cancel_and_wait
 from session_api.views import (
@@ -118,6 +118,31 @@ def submit(
     console.print(f"{sub.request_id} {said} to {session_id} ({sub.status.value})", highlight=False)
     if sub.error is not None:
         errors.print(f"{sub.error.code}: {sub.error.message}", highlight=False)
+
+
+@app.command()
+def budget(
+    session_id: SessionArg,
+    tokens: Annotated[int | None, typer.Option(min=1, help="At most this many tokens.")] = None,
+    cost: Annotated[float | None, typer.Option(min=0, help="At most this cost.")] = None,
+    on_exceed: Annotated[
+        str, typer.Option(help="ask (wait for approval to go on) or fail.")
+    ] = "ask",
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the session's budget.")] = False,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+) -> None:
+    """Bound a session's model use: when it is used up, the next model call waits for
+    approval to go on for one more budget's worth (or fails)."""
+    chosen = None
+    if not clear:
+        try:
+            chosen = Budget.model_validate({"tokens": tokens, "cost": cost, "on_exceed": on_exceed})
+        except ValueError as error:  # pydantic's ValidationError is one
+            raise typer.BadParameter(str(error).splitlines()[-1]) from None
+    run_client(SessionApiClient, api_url, token, lambda api: api.set_budget(session_id, chosen))
+    said = "no budget" if chosen is None else chosen.model_dump_json(exclude_none=True)
+    console.print(f"{session_id}: {said}", highlight=False)
 
 
 @app.command("input-policy")
@@ -543,12 +568,21 @@ _STYLE: Final = {
 def _head(view: SessionView) -> Text:
     holder = f" (holder {view.holder})" if view.holder else ""
     state = "active" if view.active else "finished"
-    return Text.assemble(
+    head = Text.assemble(
         ("session ", "bold"),
         (view.session_id, "bold"),
         f" · seq {view.seq} · fence {view.fence}{holder} · ",
         (state, "green" if view.active else "dim"),
     )
+    used = view.usage.total
+    if used.calls:
+        head.append(
+            f" · {used.calls} model calls, {used.input_tokens:,} in / "
+            f"{used.output_tokens:,} out tokens, cost {used.cost:.4f}"
+        )
+    if view.budget is not None:
+        head.append(f" · budget {view.budget.model_dump_json(exclude_none=True)}")
+    return head
 
 
 def _status(task: TaskView) -> str:

@@ -54,6 +54,7 @@ from contracts import (
     ToolFailed,
 )
 from contracts.question import ApprovalRule
+from contracts.usage import Budget, ModelUsage, Usage
 
 AGENT = "agent"
 TOOL_CALL = "tool-call"
@@ -90,7 +91,13 @@ def agent_kinds(*, max_rounds: int = 16, approvals: Sequence[ApprovalRule] = ())
         TaskKind(
             AGENT,
             1,
-            {"prepare": prepare, "start": prepare, "request": _request, "tools": _tools},
+            {
+                "prepare": prepare,
+                "start": prepare,
+                "request": _request,
+                "tools": _tools,
+                "budget": _budget,
+            },
             # a new message may abandon a model call: the next round's request includes it
             interruptible={"request": "prepare"},
         ),
@@ -102,6 +109,9 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     model = ctx.services.model
     if model is None:
         return Fail(error=ErrorInfo(code="no_model", message="this Brain has no model client"))
+    over = _over_budget(ctx)
+    if over is not None:
+        return over
     conversation = str(ctx.input.get("conversation_id", "main"))
     round_ = ctx.memo_int("round", 1)
     prefix = f"{ctx.task.id}.r{round_}"
@@ -125,6 +135,10 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
             reason=error.message, delay=delay, effects=Effects(entries=(*interrupted, note))
         )
     ctx.crash_point("call:after:model")
+    used = ModelUsage(
+        model=reply.model or "unknown",
+        usage=Usage.of_call(reply.usage).model_copy(update={"cost": reply.cost or 0.0}),
+    )
     calls = [(f"{prefix}.c{n}", call) for n, call in enumerate(reply.tool_calls)]
     response = Entry(
         id=f"{prefix}.response",
@@ -143,14 +157,67 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         joined: list[JsonValue] = [r for r in ctx.joined_messages() if f"in.{r}" in seen]
         return Done(
             result=reply.content,
-            effects=Effects(entries=(*interrupted, response), memo={INPUTS_SEEN: joined}),
+            effects=Effects(
+                entries=(*interrupted, response), memo={INPUTS_SEEN: joined}, usage=used
+            ),
         )
     spawn = tuple(_tool_task(task_id, call, conversation) for task_id, call in calls)
     return Wait(
         tasks=tuple(spec.id for spec in spawn),
         next_phase="tools",
-        effects=Effects(entries=(*interrupted, response), spawn=spawn),
+        effects=Effects(entries=(*interrupted, response), spawn=spawn, usage=used),
     )
+
+
+BUDGET_EXTENSIONS = "budget_extensions"
+#: memo: the usage (session's, task's) when someone last allowed one more budget's worth
+BUDGET_SINCE = "budget_since"
+GO_ON, STOP = "continue", "stop"
+
+
+def _over_budget(ctx: PhaseContext) -> PhaseOutcome | None:
+    """Before a model call: the session's or this task's budget is used up: fail, or
+    ask whether to go on for one more budget's worth (``contracts.usage.Budget``)."""
+    extensions = ctx.memo_int(BUDGET_EXTENSIONS)
+    since = ctx.memo.get(BUDGET_SINCE)
+    since = since if isinstance(since, dict) else {}
+    given = ctx.input.get("budget") if isinstance(ctx.input, dict) else None
+    checks = [(ctx.session_budget(), ctx.session_usage(), "session", "the session's")]
+    if given is not None:
+        checks.append((Budget.model_validate(given), ctx.task.usage, "task", "this task's"))
+    for budget, used, key, whose in checks:
+        start = Usage.model_validate(since[key]) if key in since else None
+        reached = budget.reached(used, start) if budget else None
+        if budget is None or reached is None:
+            continue
+        said = f"{whose} model budget is used up: {reached}"
+        if budget.on_exceed == "fail":
+            return Fail(error=ErrorInfo(code="budget_exceeded", message=said))
+        question = Question(
+            id=f"budget.{ctx.task.id}.{extensions + 1}",
+            prompt=f"{said}. Go on for one more budget's worth?",
+            kind=QuestionKind.CHOICE,
+            choices=(GO_ON, STOP),
+            queue="budgets",
+        )
+        return Wait(question=question, next_phase="budget", reason=said)
+    return None
+
+
+async def _budget(ctx: PhaseContext) -> PhaseOutcome:
+    """Someone decided whether the task may use one more budget's worth from here."""
+    extensions = ctx.memo_int(BUDGET_EXTENSIONS) + 1
+    decision = ctx.answer(f"budget.{ctx.task.id}.{extensions}")
+    if decision.value != GO_ON:
+        why = f": {decision.why}" if decision.why else ""
+        message = f"stopped at its model budget by {decision.by}{why}"
+        return Fail(error=ErrorInfo(code="budget_exceeded", message=message))
+    since: dict[str, JsonValue] = {
+        "session": ctx.session_usage().model_dump(mode="json"),
+        "task": ctx.task.usage.model_dump(mode="json"),
+    }
+    memo: dict[str, JsonValue] = {BUDGET_EXTENSIONS: extensions, BUDGET_SINCE: since}
+    return Next(phase="request", effects=Effects(memo=memo))
 
 
 async def _tools(ctx: PhaseContext) -> PhaseOutcome:

@@ -12,16 +12,21 @@ from typing import Any
 
 from brain.outcome import Effects, TaskSpec
 from contracts import (
+    USAGE_DOCUMENT,
     Commit,
     Document,
+    DocumentPut,
     DocumentWrite,
     Entry,
     Intent,
+    ModelUsage,
     OutboxMessage,
     Submission,
     Task,
+    Usage,
 )
 from session_store import SessionState
+from session_store.usage import session_usage
 
 
 class CommitBuilder:
@@ -38,6 +43,7 @@ class CommitBuilder:
         self._intents: dict[str, Intent] = {}
         #: tasks whose running phase a new message asks to abandon (policy interrupt)
         self.interrupts: set[str] = set()
+        self._usage: list[ModelUsage] = []
 
     def task(self, task_id: str) -> Task:
         """The task as this commit will leave it (so far)."""
@@ -125,15 +131,33 @@ class CommitBuilder:
                 self._intents.setdefault(intent.operation_id, intent)
         for spec in effects.spawn:
             self.create(spec, parent_id=parent_id)
+        if effects.usage is not None:
+            task = self.task(parent_id)
+            self.update(parent_id, usage=task.usage.plus(effects.usage.usage))
+            self._usage.append(effects.usage)
 
     def mark_sent(self, message_ids: list[str]) -> None:
         """Outbox messages the relay published: no longer pending."""
         self._sent.extend(i for i in message_ids if i in self._state.outbox)
 
+    def _usage_document(self) -> tuple[DocumentWrite, ...]:
+        """The session's usage totals with this commit's calls added (the kernel is
+        their only writer, and it builds on the newest state)."""
+        if not self._usage:
+            return ()
+        stored = self._state.documents.get(USAGE_DOCUMENT)
+        totals = session_usage(stored.body if stored is not None else {})
+        by_model = dict(totals.by_model)
+        for call in self._usage:
+            by_model[call.model] = by_model.get(call.model, Usage()).plus(call.usage)
+            totals = totals.model_copy(update={"total": totals.total.plus(call.usage)})
+        body = totals.model_copy(update={"by_model": by_model}).model_dump(mode="json")
+        return (DocumentPut(name=USAGE_DOCUMENT, body=body),)
+
     def build(self) -> Commit:
         return Commit(
             entries=tuple(self._entries),
-            documents=tuple(self._documents),
+            documents=(*self._documents, *self._usage_document()),
             tasks=tuple(self._tasks.values()),
             submissions=tuple(self._submissions.values()),
             outbox=tuple(self._outbox),

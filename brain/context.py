@@ -10,9 +10,10 @@ from pydantic import JsonValue
 
 from brain.operations import Operations, Performed
 from brain.services import Services
-from contracts import Answer, Document, Entry, NotFound, Operation, Task
+from contracts import Answer, Budget, Document, Entry, NotFound, Operation, Task, Usage
 from coordination.leases import LeaseProof
 from session_store import SessionHandle
+from session_store.usage import budget_of, usage_of
 
 
 class PhaseContext:
@@ -73,6 +74,13 @@ class PhaseContext:
             and sub.request_id != self.task.owner_id
             and not sub.status.is_final
         ]
+
+    def session_usage(self) -> Usage:
+        """What the session's model calls used so far (every task's)."""
+        return usage_of(self._handle.state).total
+
+    def session_budget(self) -> Budget | None:
+        return budget_of(self._handle.state)
 
     def document(self, name: str) -> Document | None:
         return self._handle.state.documents.get(name)

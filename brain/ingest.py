@@ -183,4 +183,6 @@ def _root_spec(submission: Submission, root_kind: str) -> TaskSpec:
     fields: dict[str, JsonValue] = {"conversation_id": submission.conversation_id, "text": text}
     if isinstance(given, TextInput) and given.model is not None:
         fields["model"] = given.model  # routing: only a Brain with this model drives it
+    if isinstance(given, TextInput) and given.budget is not None:
+        fields["budget"] = given.budget.model_dump(mode="json", exclude_none=True)
     return TaskSpec(id=task_id, kind=root_kind, input=fields)

@@ -17,6 +17,7 @@ from contracts import (
     ErrorInfo,
     Intent,
     JoinPolicy,
+    ModelUsage,
     OutboxMessage,
     Parked,
     Question,
@@ -40,7 +41,8 @@ class TaskSpec(Frozen):
 
 class Effects(Frozen):
     """Writes that land atomically with the outcome: entries, documents, new subtasks,
-    outbox messages, applied operation results, and changes to the task's memo."""
+    outbox messages, applied operation results, changes to the task's memo, and the
+    usage of a model call."""
 
     entries: tuple[Entry, ...] = ()
     documents: tuple[DocumentWrite, ...] = ()
@@ -50,6 +52,8 @@ class Effects(Frozen):
     #: the committed tool calls the outbox's dispatches carry (``contracts.intent``)
     intents: tuple[Intent, ...] = ()
     memo: dict[str, JsonValue] = Field(default_factory=dict)
+    #: a model call's usage: summed on the task and the session's usage document
+    usage: ModelUsage | None = None
 
 
 NO_EFFECTS = Effects()

@@ -84,11 +84,13 @@ from contracts.task import (
     TaskStatus,
     WaitCondition,
 )
+from contracts.usage import USAGE_DOCUMENT, Budget, ModelUsage, Prices, Usage
 
 __all__ = [
     "CONTROL_DOCUMENT",
     "INLINE_RESULT_BYTES",
     "OPERATION_TRANSITIONS",
+    "USAGE_DOCUMENT",
     "AlreadyAnswered",
     "AlreadyApplied",
     "AlreadyExists",
@@ -97,6 +99,7 @@ __all__ = [
     "AnswerInput",
     "BlobRef",
     "BrainhandsError",
+    "Budget",
     "Busy",
     "Commit",
     "CommitReceipt",
@@ -124,6 +127,7 @@ __all__ = [
     "LeaseLost",
     "ModelRejected",
     "ModelUnavailable",
+    "ModelUsage",
     "NotFound",
     "OnDeadline",
     "Operation",
@@ -136,6 +140,7 @@ __all__ = [
     "Parked",
     "PayloadTooLarge",
     "PendingCall",
+    "Prices",
     "Question",
     "QuestionClosed",
     "QuestionKind",
@@ -159,6 +164,7 @@ __all__ = [
     "TextInput",
     "ToolFailed",
     "UnknownRecordVersion",
+    "Usage",
     "VersionMismatch",
     "WaitCondition",
     "args_digest",

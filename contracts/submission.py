@@ -9,6 +9,7 @@ from pydantic import Field, JsonValue
 from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, KindName, RequestId, utcnow
 from contracts.question import AnswerInput
+from contracts.usage import Budget
 
 
 class SubmissionStatus(StrEnum):
@@ -62,6 +63,8 @@ class TextInput(Frozen):
     #: what to do if the conversation's agent is still running (None: the session's
     #: default, else ``enqueue``)
     policy: InputPolicy | None = None
+    #: a bound on the model use of the agent task that answers it
+    budget: Budget | None = None
 
 
 class TaskInput(Frozen):

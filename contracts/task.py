@@ -9,6 +9,7 @@ from pydantic import Field, JsonValue, model_validator
 from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 from contracts.question import Answer, Question
+from contracts.usage import Usage
 
 
 class TaskStatus(StrEnum):
@@ -95,6 +96,8 @@ class Task(Frozen):
     parked: Parked | None = None
     memo: dict[str, JsonValue] = Field(default_factory=dict)
     answers: dict[Identifier, Answer] = Field(default_factory=dict)
+    #: what this task's own model calls used (``contracts.usage``)
+    usage: Usage = Usage()
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None

@@ -44,6 +44,7 @@ from session_api.views import (
 )
 from session_store import SessionHandle, SessionState, SessionStore
 from session_store.submissions import DECISIONS, input_policy
+from session_store.usage import budget_of, usage_of
 
 #: Entries are shortened to this many characters.
 TEXT_LIMIT: Final = 200
@@ -82,6 +83,8 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         cancel_tasks=_strings(control.get("cancel_tasks")),
         decisions=_decisions(control.get(DECISIONS)),
         input_policy=input_policy(state, None),
+        usage=usage_of(state),
+        budget=budget_of(state),
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in state.outbox.values()],
         archived=Archived(
             entries=state.entries_archived,
@@ -172,6 +175,7 @@ def task_view(task: Task, blocked: str | None = None) -> TaskView:
         blocked=blocked,
         waiting_for_input=task.question is not None,
         answers=dict(task.answers),
+        usage=task.usage,
         cancel_requested=task.cancel_requested,
         outcome=task.outcome,
         result=task.result,

@@ -25,6 +25,7 @@ from session_api.describe import control_body, session_summary, session_view, su
 from session_api.stream import SessionStream
 from session_api.views import (
     AnswerRequest,
+    BudgetRequest,
     CancelAccepted,
     CancelRequest,
     InputPolicyRequest,
@@ -139,6 +140,16 @@ def sessions_router(context: ApiContext) -> APIRouter:
         agent still runs: ``enqueue`` (the default), ``interrupt`` or ``reject``."""
         check_session(grant, session_id)
         await context.client.set_input_policy(session_id, body.policy)
+        return body
+
+    @router.put("/{session_id}/budget", responses=_ERRORS)
+    async def set_budget(
+        session_id: SessionId, body: BudgetRequest, grant: Operator
+    ) -> BudgetRequest:
+        """Set the session's model budget (null: none): when its calls have used it up,
+        an agent's next model call waits for approval to go on, or fails (``on_exceed``)."""
+        check_session(grant, session_id)
+        await context.client.set_budget(session_id, body.budget)
         return body
 
     @router.get("")

@@ -15,6 +15,7 @@ from pydantic import Field, JsonValue
 
 from contracts import (
     Answer,
+    Budget,
     EntryKind,
     ErrorInfo,
     Handling,
@@ -27,8 +28,10 @@ from contracts import (
     ReplayPolicy,
     SubmissionStatus,
     TaskStatus,
+    Usage,
 )
 from contracts.model import Frozen
+from contracts.usage import SessionUsage
 
 #: The reason recorded when a cancel request gives none.
 DEFAULT_CANCEL_REASON: Final = "cancelled via the Session API"
@@ -78,6 +81,12 @@ class AnswerRequest(Frozen):
     value: JsonValue
     by: str | None = Field(default=None, min_length=1, max_length=200)
     why: str | None = Field(default=None, max_length=4000)
+
+
+class BudgetRequest(Frozen):
+    """The session's model budget (null: none): ``{"tokens"?, "cost"?, "on_exceed"}``."""
+
+    budget: Budget | None
 
 
 class InputPolicyRequest(Frozen):
@@ -139,6 +148,8 @@ class TaskView(Frozen):
     waiting_for_input: bool = False
     #: how its questions were settled, by question id
     answers: dict[str, Answer] = Field(default_factory=dict)
+    #: what its own model calls used
+    usage: Usage = Usage()
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None
@@ -255,6 +266,9 @@ class SessionView(Frozen):
     questions: list[QuestionView] = Field(default_factory=list)
     #: the session's default for messages that arrive while its agent runs
     input_policy: InputPolicy = InputPolicy.ENQUEUE
+    #: what its model calls used (total and by model), and its budget if one is set
+    usage: SessionUsage = SessionUsage()
+    budget: Budget | None = None
     cancel_requests: dict[str, str] = Field(default_factory=dict)
     cancel_tasks: dict[str, str] = Field(default_factory=dict)
     #: operators' decisions on its uncertain operations, by operation id

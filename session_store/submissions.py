@@ -23,6 +23,7 @@ from pydantic import JsonValue
 from contracts import (
     CONTROL_DOCUMENT,
     AlreadyExists,
+    Budget,
     Busy,
     Commit,
     ConflictError,
@@ -38,6 +39,7 @@ from contracts import (
     SubmissionStatus,
     TextInput,
 )
+from contracts.usage import BUDGET
 from session_store.handle import SessionHandle
 from session_store.intake import check_ids, read_work
 from session_store.questions import answer_body, answer_commit
@@ -185,6 +187,22 @@ class SessionClient:
         def build(state: SessionState) -> Commit | None:
             said = control_member(state, INPUT_POLICY)
             return None if said == value else Commit(documents=(patch,))
+
+        await _commit_unfenced(handle, build)
+
+    async def set_budget(self, session_id: str, budget: Budget | None) -> None:
+        """The session's model budget (None: none); the kernel checks it before every
+        model call (``contracts.usage``)."""
+        value = None if budget is None else budget.model_dump(mode="json", exclude_none=True)
+        patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={BUDGET: value}, create=True)
+        handle = await self.store.session(session_id)
+        # a merge patch merges objects: clear the old budget first, then set the new one
+        clear = DocumentPatch(name=CONTROL_DOCUMENT, patch={BUDGET: None}, create=True)
+
+        def build(state: SessionState) -> Commit | None:
+            if control_member(state, BUDGET) == value:
+                return None
+            return Commit(documents=(clear, patch) if value is not None else (clear,))
 
         await _commit_unfenced(handle, build)
 

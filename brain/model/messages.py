@@ -56,3 +56,5 @@ class ModelReply(Frozen):
     finish_reason: str = "stop"
     model: str = ""
     usage: dict[str, int] = Field(default_factory=dict)
+    #: what the call cost by the configured prices (None: no prices configured)
+    cost: float | None = None

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
 from brain.model.settings import ModelSettings
 from contracts.errors import ModelRejected, ModelUnavailable
+from contracts.usage import Usage
 
 MAX_ERROR_TEXT = 500
 
@@ -60,7 +61,11 @@ class OpenAIChatClient:
         """Send the conversation once and return the model's reply."""
         response = await self._post(self._payload(messages, tools), request_id)
         self._check_status(response, request_id)
-        return _parse_reply(response, request_id)
+        reply = _parse_reply(response, request_id)
+        if self._settings.prices is None:
+            return reply
+        cost = Usage.of_call(reply.usage, self._settings.prices).cost
+        return reply.model_copy(update={"cost": cost})
 
     def _payload(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]

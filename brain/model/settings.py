@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 
 from contracts.errors import InvalidInput
 from contracts.model import Frozen
+from contracts.usage import Prices
 from runtime.credentials import read_secret
 
 
@@ -23,6 +24,8 @@ class ModelSettings(Frozen):
     timeout: timedelta = timedelta(seconds=60)
     temperature: float | None = None
     max_tokens: int | None = Field(default=None, gt=0)
+    #: per million tokens; a response's cost is computed from them (None: no cost)
+    prices: Prices | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -37,17 +40,30 @@ class ModelSettings(Frozen):
     ) -> ModelSettings:
         """Read ``<prefix>BASE_URL``, ``<prefix>NAME`` and the key: from the file named by
         ``<prefix>API_KEY_FILE`` (a mounted secret, refused when others may read it) or
-        else ``<prefix>API_KEY``; both set is refused (which one is meant?)."""
+        else ``<prefix>API_KEY``; both set is refused (which one is meant?). Optional
+        prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``."""
         source = os.environ if environ is None else environ
         try:
             return cls(
                 base_url=_require(source, f"{prefix}BASE_URL"),
                 api_key=SecretStr(_key(source, prefix)),
                 model=_require(source, f"{prefix}NAME"),
+                prices=_prices(source, prefix),
             )
         except ValidationError as exc:
             problems = "; ".join(str(error["msg"]) for error in exc.errors())
             raise InvalidInput(f"model settings from {prefix}* are invalid: {problems}") from None
+
+
+def _prices(environ: Mapping[str, str], prefix: str) -> Prices | None:
+    """``<prefix>PRICE_INPUT``, ``_OUTPUT`` and ``_CACHED`` (per million tokens)."""
+    given = {
+        part: environ.get(f"{prefix}PRICE_{part.upper()}", "").strip()
+        for part in ("input", "output", "cached")
+    }
+    if not any(given.values()):
+        return None
+    return Prices.model_validate({part: value for part, value in given.items() if value})
 
 
 def _require(environ: Mapping[str, str], name: str) -> str:

@@ -200,6 +200,7 @@ ROUTES = [
     ("POST", "/v1/sessions/s1/submissions", {"request_id": "r1", "input": "hi"}),
     ("POST", "/v1/sessions/s1/cancel", {"request_id": "r1"}),
     ("PUT", "/v1/sessions/s1/input-policy", {"policy": "reject"}),
+    ("PUT", "/v1/sessions/s1/budget", {"budget": {"tokens": 10}}),
     ("POST", "/v1/sessions/s1/inputs", {"request_id": "a1", "question_id": "q1", "value": "x"}),
     ("GET", "/openapi.json", None),
     ("GET", "/v1/no-such-route", None),
@@ -539,6 +540,7 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
         "/v1/sessions/{session_id}/cancel",
         "/v1/sessions/{session_id}/inputs",
         "/v1/sessions/{session_id}/input-policy",
+        "/v1/sessions/{session_id}/budget",
         "/v1/sessions/{session_id}/events",
     }
     assert paths["/v1/sessions/{session_id}"]["get"]["security"] == [{"HTTPBearer": []}]
@@ -703,6 +705,33 @@ async def test_messages_while_an_agent_runs_follow_the_policy(api: Api) -> None:
     )
     assert reset.exit_code == 0 and "enqueue" in reset.output
     assert (await api.http.get("/v1/sessions/s1")).json()["input_policy"] == "enqueue"
+
+
+async def test_a_budget_is_set_shown_and_cleared(api: Api) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    runner = CliRunner()
+    await api.submit("r1", {"task": {"kind": "calc", "input": {"n": 1}}})
+    put = await api.http.put("/v1/sessions/s1/budget", json={"budget": {"cost": 2.5}})
+    assert put.status_code == 200
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    assert view["budget"] == {"tokens": None, "cost": 2.5, "on_exceed": "ask"}
+    assert view["usage"]["total"]["calls"] == 0
+    said = await asyncio.to_thread(
+        runner.invoke,
+        session_commands.app,
+        ["budget", "s1", "--tokens", "1000", "--on-exceed", "fail"],
+        env=env,
+    )
+    assert said.exit_code == 0, said.output
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    assert view["budget"] == {"tokens": 1000, "cost": None, "on_exceed": "fail"}, "replaced"
+    bad = await asyncio.to_thread(runner.invoke, session_commands.app, ["budget", "s1"], env=env)
+    assert bad.exit_code == 2 and "Invalid value" in bad.output, "neither tokens nor cost"
+    cleared = await asyncio.to_thread(
+        runner.invoke, session_commands.app, ["budget", "s1", "--clear"], env=env
+    )
+    assert cleared.exit_code == 0 and "no budget" in cleared.output
+    assert (await api.http.get("/v1/sessions/s1")).json()["budget"] is None
 
 
 def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:

@@ -1,0 +1,63 @@
+"""SIGKILL a Brain between a model's answer and its commit, and right after the commit:
+the usage of each recorded response is counted once, on the task and on the session."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from brain.model.scripted import Script, scripted_app
+from contracts import EntryKind
+from session_store import open_store
+from session_store.submissions import SessionClient
+from session_store.usage import usage_of
+from tests.support.http_server import serve
+from tests.support.processes import brain_run
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+
+SCRIPT = Script.model_validate(
+    {
+        "model": "m",
+        "turns": [
+            {"tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
+            {"content": "done"},
+        ],
+    }
+)
+
+
+@pytest.mark.parametrize("crash_at", ["call:after:model#2", "commit:agent:request#1"])
+async def test_usage_is_counted_once_per_recorded_response(tmp_path: Path, crash_at: str) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await open_store(url)
+    await SessionClient(store).submit("s1", "r1", "please echo")
+    plugin = ("tests.support.agent_plugins:plugin",)
+    async with serve(scripted_app(SCRIPT, token="t")) as model_url:
+        env = {
+            **os.environ,
+            "BH_MODEL_BASE_URL": f"{model_url}/v1",
+            "BH_MODEL_API_KEY": "t",
+            "BH_MODEL_NAME": "m",
+            "BH_MODEL_PRICE_INPUT": "1",
+            "BH_MODEL_PRICE_OUTPUT": "4",
+        }
+        killed = await asyncio.to_thread(
+            brain_run, url, plugins=plugin, env={**env, "BH_CRASH_AT": crash_at}
+        )
+        assert killed.returncode == -signal.SIGKILL
+        done = await asyncio.to_thread(brain_run, url, plugins=plugin, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    handle = await store.session("s1")
+    responses = [e.content for e in await handle.entries() if e.kind is EntryKind.MODEL_RESPONSE]
+    await store.close()
+    recorded = [r["usage"] for r in responses]  # type: ignore[index]
+    task = handle.state.tasks["root.r1"].usage
+    assert task.calls == len(recorded) == 2
+    assert task.input_tokens == sum(u["prompt_tokens"] for u in recorded)
+    assert task.output_tokens == sum(u["completion_tokens"] for u in recorded)
+    assert task.cost > 0 and usage_of(handle.state).total == task
