@@ -129,8 +129,12 @@ class SessionApiClient(ApiClient):
         params = {} if limit is None else {"limit": str(limit)}
         return self._parse(SessionList, await self._request("GET", "/v1/sessions", params=params))
 
-    async def session(self, session_id: str, *, entries: int | None = None) -> SessionView:
+    async def session(
+        self, session_id: str, *, entries: int | None = None, at: int | None = None
+    ) -> SessionView:
         params = {} if entries is None else {"entries": str(entries)}
+        if at is not None:
+            params["at"] = str(at)
         response = await self._request("GET", f"/v1/sessions/{session_id}", params=params)
         return self._parse(SessionView, response)
 

@@ -263,13 +263,21 @@ def sessions(
 def show(
     session_id: SessionArg,
     entries: Entries = 10,
+    at: Annotated[
+        int | None,
+        typer.Option(min=1, help="The session as it was right after this commit (seq)."),
+    ] = None,
     api_url: ApiUrl = None,
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
-    """Show a session: its task tree, operations, submissions and recent entries."""
+    """Show a session: its task tree, operations, submissions and recent entries (as it
+    is, or as it was after commit --at; operations are always as they are now)."""
     view = run_client(
-        SessionApiClient, api_url, token, lambda api: api.session(session_id, entries=entries)
+        SessionApiClient,
+        api_url,
+        token,
+        lambda api: api.session(session_id, entries=entries, at=at),
     )
     if as_json:
         print_json(view)

@@ -163,11 +163,21 @@ def sessions_router(context: ApiContext) -> APIRouter:
 
     @router.get("/{session_id}", responses=_ERRORS)
     async def get_session(
-        session_id: SessionId, grant: Reader, entries: EntriesParam = DEFAULT_ENTRIES
+        session_id: SessionId,
+        grant: Reader,
+        entries: EntriesParam = DEFAULT_ENTRIES,
+        at: Annotated[
+            int | None,
+            Query(ge=1, description="The session as it was right after this commit."),
+        ] = None,
     ) -> SessionView:
-        """The session as of its latest commit: submissions, tasks, operations, recent
-        entries, blocked tasks; 404 for a session without commits."""
+        """The session as of its latest commit (or as it was after commit ``at``):
+        submissions, tasks, operations, recent entries, blocked tasks; 404 for a session
+        without commits, or without commit ``at``."""
         check_session(grant, session_id)
+        if at is not None:
+            past = await context.store.session_at(session_id, at)
+            return await session_view(context.store, past, entries=entries)
         handle = await context.store.session(session_id)
         if handle.seq == 0:
             raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)

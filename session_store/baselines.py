@@ -119,6 +119,21 @@ class Baselines:
                 break
         return Loaded(state, tuple(problems))
 
+    async def at_or_before(self, session_id: str, seq: int) -> Loaded:
+        """The newest readable baseline at ``seq`` or before it (None: replay the log
+        from its start); only the newest few baselines are kept."""
+        partition = layout.baseline_partition(session_id)
+        problems: list[str] = []
+        wanted = layout.seq_item(seq)
+        for item in reversed(await self._backend.keys(partition)):
+            if is_upload(item) or item > wanted:
+                continue
+            data = await self._backend.get(partition, item)
+            state = None if data is None else await self._read(partition, item, data, problems)
+            if state is not None:
+                return Loaded(state, tuple(problems))
+        return Loaded(None, tuple(problems))
+
     async def _read(
         self, partition: str, item: str, data: bytes, problems: list[str]
     ) -> SessionState | None:

@@ -27,6 +27,7 @@ from contracts import (
     CorruptRecord,
     FencedError,
     InvalidTransition,
+    NotFound,
     ReadOnlyStore,
     utcnow,
 )
@@ -64,10 +65,29 @@ class CommitLog:
         state = loaded.state or SessionState(session_id=session_id)
         return state, await self.catch_up(state), loaded
 
-    async def catch_up(self, state: SessionState) -> int:
-        """Apply every commit after ``state.seq``; returns how many there were."""
+    async def load_at(self, session_id: str, seq: int) -> tuple[SessionState, Loaded]:
+        """The state as it was right after commit ``seq``: the newest baseline at or
+        before it, plus the commits up to it. ``NotFound`` past the head."""
+        loaded = await self._baselines.at_or_before(session_id, seq)
+        state = loaded.state or SessionState(session_id=session_id)
+        await self.catch_up(state, until=seq)
+        if state.seq != seq:
+            raise NotFound(
+                f"session {session_id!r} has {state.seq} commits, not {seq}",
+                session_id=session_id,
+                head=state.seq,
+            )
+        return state, loaded
+
+    async def catch_up(self, state: SessionState, *, until: int | None = None) -> int:
+        """Apply every commit after ``state.seq`` (up to ``until``); returns how many."""
         partition = layout.log_partition(state.session_id)
-        records = await self._backend.items(partition, after=layout.seq_item(state.seq))
+        limit = None if until is None else max(0, until - state.seq)
+        if limit == 0:
+            return 0
+        records = await self._backend.items(
+            partition, after=layout.seq_item(state.seq), limit=limit
+        )
         for item, data in records:
             record = decode(data, CommitRecord, where=f"{partition}/{item}")
             if layout.seq_item(record.seq) != item:

@@ -108,6 +108,21 @@ class SessionStore:
             handle.schedule_baseline()
         return handle
 
+    async def session_at(self, session_id: str, seq: int) -> SessionHandle:
+        """The session as it was right after commit ``seq``, to read (never to commit
+        through: its head has moved on). ``NotFound`` past the head."""
+        _check_identifier(session_id, "session id")
+        state, loaded = await self._log.load_at(session_id, seq)
+        return SessionHandle(
+            state,
+            log=self._log,
+            baselines=self._baselines,
+            archive=self._archive,
+            baseline_every=self.settings.baseline_every,  # a commit would conflict anyway
+            spawn=self._keep,
+            problems=loaded.problems,
+        )
+
     async def intent(self, session_id: str, operation_id: str) -> Intent | None:
         """The committed intent of ``operation_id`` in the session's log (its current
         state: None once the result is applied or the task ended, or if never committed)."""

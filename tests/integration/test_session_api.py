@@ -734,6 +734,56 @@ async def test_a_budget_is_set_shown_and_cleared(api: Api) -> None:
     assert (await api.http.get("/v1/sessions/s1")).json()["budget"] is None
 
 
+async def test_a_session_reads_as_it_was_after_any_commit(tmp_path: Path) -> None:
+    async with open_api(tmp_path / "api") as api:
+        await api.submit("r0", {"task": {"kind": "calc", "input": {"n": 1}}})
+        await api.k.run()
+        head = (await api.http.get("/v1/sessions/s1")).json()
+        assert not head["active"]
+        first = (await api.http.get("/v1/sessions/s1", params={"at": 1})).json()
+        assert first["seq"] == 1 and first["tasks"] == [] and first["active"]
+        assert [s["status"] for s in first["submissions"]] == ["accepted"]
+        beyond = await api.http.get("/v1/sessions/s1", params={"at": head["seq"] + 1})
+        assert beyond.status_code == 404 and "commits, not" in beyond.json()["error"]["message"]
+        env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+        shown = await asyncio.to_thread(
+            CliRunner().invoke, session_commands.app, ["show", "s1", "--at", "1"], env=env
+        )
+        assert shown.exit_code == 0 and "seq 1" in shown.output and "accepted" in shown.output
+    # with a baseline every 2 commits: read from the newest baseline at or before the seq
+    async with kernel(tmp_path / "k", registry(), baseline_every=2, baselines_kept=50) as k:
+        for n in range(3):
+            await k.submit_task("calc", {"n": n}, request_id=f"r{n}")
+            await k.run()
+        await k.store.flush()  # the baselines written in the background
+        seq = (await k.store.session("s1")).seq
+        from_baselines = 0
+        for at in range(1, seq + 1):
+            past = (await k.store.session_at("s1", at)).state
+            from_baselines += past.archived_tasks > 0
+            replayed = await _replayed(k.store, at)
+            assert past.seq == at and past.fence == replayed.fence
+            assert {t for t, task in past.tasks.items() if not task.is_terminal} == {
+                t for t, task in replayed.tasks.items() if not task.is_terminal
+            }
+            assert len(past.tasks) + past.archived_tasks == len(replayed.tasks)
+            assert past.entry_count == replayed.entry_count
+        assert from_baselines, "some reads started from a baseline"
+
+
+async def _replayed(store: Any, seq: int) -> Any:
+    """The state after ``seq``, replayed from the first commit (no baseline)."""
+    from contracts import CommitRecord
+    from session_store import SessionState, layout
+    from session_store.codec import decode
+    from session_store.state import apply
+
+    state = SessionState(session_id="s1")
+    for _, data in await store.backend.items(layout.log_partition("s1"), limit=seq):
+        apply(state, decode(data, CommitRecord, where="log"))
+    return state
+
+
 def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     env = {**os.environ, "BH_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}"}
     env.pop("BH_SESSION_API_TOKEN", None)
