@@ -477,7 +477,7 @@ def questions_table(view: SessionView) -> Table:
     for open_ in view.questions:
         question = open_.question
         asks = question.prompt
-        if question.call is not None:
+        if question.call is not None and question.call.tool not in asks:
             asks += f" [{question.call.tool} {_short(question.call.arguments)}]"
         elif question.choices:
             asks += f" [{' | '.join(question.choices)}]"
