@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
+from redis.asyncio import Redis
 
 from brain.model.settings import ModelSettings
 from brain.service import BrainService
@@ -23,6 +24,7 @@ from contracts import BrainhandsError
 from contracts.question import ApprovalRule
 from coordination import redis_client
 from coordination.leases import RedisLeases
+from coordination.ratelimit import ModelLimits, endpoint_key
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
@@ -37,6 +39,19 @@ Approve = Annotated[
         '({"tool", "when", "queue", "within_s", "on_deadline", "escalate_to"}); repeatable',
     ),
 ]
+
+
+def _limits(settings: BrainSettings, client: Redis, prefix: str) -> ModelLimits | None:
+    model = settings.model
+    if model is None or not (model.requests_per_minute or model.tokens_per_minute):
+        return None
+    return ModelLimits(
+        client,
+        endpoint_key(model.base_url, model.model),
+        requests_per_minute=model.requests_per_minute,
+        tokens_per_minute=model.tokens_per_minute,
+        prefix=prefix,
+    )
 
 
 def _rules(given: list[str] | None) -> tuple[ApprovalRule, ...]:
@@ -129,11 +144,11 @@ async def _serve(
     probe_at: tuple[str, int | None],
 ) -> None:
     async with AsyncExitStack() as resources:
-        built = await build(settings, resources)
         # leases, routes and wakes of every slot share it: a pool sized for the slots
         # (redis-py caps it at 100 connections by default)
         client = redis_client.connect(redis_url, max_connections=2 * concurrency + 32)
         resources.push_async_callback(client.aclose)
+        built = await build(settings, resources, limits=_limits(settings, client, prefix))
         routes = Routes(client, prefix=prefix)
         wakes = RQWakes(redis_url, prefix=prefix, router=SessionRouter(built.store, routes))
         resources.callback(wakes.close)

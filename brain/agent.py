@@ -27,6 +27,8 @@ the task's result refers to it.
 from __future__ import annotations
 
 import json
+import logging
+import random
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -36,7 +38,7 @@ from pydantic import JsonValue
 from brain.context import PhaseContext
 from brain.decide import INPUTS_SEEN
 from brain.model.messages import ChatMessage, ToolCall, ToolSchema
-from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, TaskSpec, Wait
+from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, Sleep, TaskSpec, Wait
 from brain.registry import TaskKind
 from brain.tools import ToolSpec, validate_arguments
 from contracts import (
@@ -50,11 +52,14 @@ from contracts import (
     PendingCall,
     Question,
     QuestionKind,
+    StoreUnavailable,
     Task,
     ToolFailed,
 )
 from contracts.question import ApprovalRule
 from contracts.usage import Budget, ModelUsage, Usage
+
+log = logging.getLogger(__name__)
 
 AGENT = "agent"
 TOOL_CALL = "tool-call"
@@ -112,9 +117,14 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     over = _over_budget(ctx)
     if over is not None:
         return over
+    held = await _rate_limited(ctx)
+    if held is not None:
+        return held
     conversation = str(ctx.input.get("conversation_id", "main"))
     round_ = ctx.memo_int("round", 1)
-    prefix = f"{ctx.task.id}.r{round_}"
+    waits = ctx.memo_int(RATE_WAITS)
+    # a rate-limit wait re-enters this phase at attempt 1: fresh ids for its attempts
+    prefix = f"{ctx.task.id}.r{round_}" + (f".w{waits}" if waits else "")
     history = await ctx.conversation(conversation)
     interrupted = _interruptions(ctx, prefix, conversation, history)
     messages = [_system(ctx), *_messages(history)]
@@ -135,6 +145,7 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
             reason=error.message, delay=delay, effects=Effects(entries=(*interrupted, note))
         )
     ctx.crash_point("call:after:model")
+    await _charge(ctx, reply.usage)
     used = ModelUsage(
         model=reply.model or "unknown",
         usage=Usage.of_call(reply.usage).model_copy(update={"cost": reply.cost or 0.0}),
@@ -167,6 +178,40 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         next_phase="tools",
         effects=Effects(entries=(*interrupted, response), spawn=spawn, usage=used),
     )
+
+
+RATE_WAITS = "rate_waits"
+
+
+async def _rate_limited(ctx: PhaseContext) -> PhaseOutcome | None:
+    """Before a model call: the endpoint's shared limits (``coordination.ratelimit``)
+    are used up for this minute: sleep until the window ends (durably: the Brain lets
+    go of the session), then make the call. Redis away: the call goes ahead (the
+    server's own 429 still backs it off)."""
+    limits = ctx.services.limits
+    if limits is None:
+        return None
+    try:
+        wait = await limits.admit()
+    except StoreUnavailable as error:
+        log.warning("task %s: model limits not checked: %s", ctx.task.id, error.message)
+        return None
+    if wait <= 0:
+        return None
+    memo: dict[str, JsonValue] = {RATE_WAITS: ctx.memo_int(RATE_WAITS) + 1}
+    until = ctx.now() + timedelta(seconds=wait + random.uniform(0, 1))  # spread the herd
+    return Sleep(until=until, next_phase="request", effects=Effects(memo=memo))
+
+
+async def _charge(ctx: PhaseContext, counts: dict[str, int]) -> None:
+    limits = ctx.services.limits
+    if limits is None:
+        return
+    tokens = Usage.of_call(counts).tokens
+    try:
+        await limits.charge(tokens)
+    except StoreUnavailable as error:
+        log.warning("task %s: %d tokens not charged: %s", ctx.task.id, tokens, error.message)
 
 
 BUDGET_EXTENSIONS = "budget_extensions"

@@ -16,6 +16,7 @@ from session_store import SessionStore
 if TYPE_CHECKING:
     from brain.model.client import ModelClient
     from brain.relay import OutboxRelay
+    from coordination.ratelimit import ModelLimits
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Services:
     is making right now. ``lifecycle`` holds the operation lifecycle's settings, the same
     as the Hands' (``lifecycle.decision``: the takeover margin, the attempt limit).
     ``relay`` publishes committed outbox messages (None: no bus; sandboxed tools need
-    one).
+    one). ``limits`` admits model calls under the endpoint's limits shared by all
+    Brains.
     """
 
     store: SessionStore
@@ -38,6 +40,8 @@ class Services:
     runner_id: str
     model: ModelClient | None = None
     relay: OutboxRelay | None = None
+    #: the model endpoint's shared request/token limits (None: unlimited here)
+    limits: ModelLimits | None = None
     process: str = field(default_factory=this_process)
     inflight: set[str] = field(default_factory=set)
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)

@@ -32,6 +32,7 @@ from bus import Bus, BusSettings
 from contracts import InvalidInput, utcnow
 from contracts.model import Frozen
 from contracts.question import ApprovalRule
+from coordination.ratelimit import ModelLimits
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 
@@ -80,7 +81,11 @@ class Built:
 
 
 async def build(
-    settings: BrainSettings, resources: AsyncExitStack, *, crash: CrashPoints | None = None
+    settings: BrainSettings,
+    resources: AsyncExitStack,
+    *,
+    crash: CrashPoints | None = None,
+    limits: ModelLimits | None = None,
 ) -> Built:
     """Open and assemble everything a Brain needs; ``resources`` closes it all."""
     store = await open_store(settings.store_url)
@@ -111,6 +116,7 @@ async def build(
         runner_id=new_runner_id(),
         model=model,
         relay=None if bus is None else OutboxRelay(bus, crash, store),
+        limits=limits,
     )
     runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
     return Built(store, runner, bus)

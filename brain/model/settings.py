@@ -26,6 +26,9 @@ class ModelSettings(Frozen):
     max_tokens: int | None = Field(default=None, gt=0)
     #: per million tokens; a response's cost is computed from them (None: no cost)
     prices: Prices | None = None
+    #: limits of this endpoint across all Brains (``coordination.ratelimit``; None: none)
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
 
     @field_validator("base_url")
     @classmethod
@@ -41,7 +44,9 @@ class ModelSettings(Frozen):
         """Read ``<prefix>BASE_URL``, ``<prefix>NAME`` and the key: from the file named by
         ``<prefix>API_KEY_FILE`` (a mounted secret, refused when others may read it) or
         else ``<prefix>API_KEY``; both set is refused (which one is meant?). Optional
-        prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``."""
+        prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``; and
+        limits across all Brains: ``<prefix>RPM`` (requests), ``<prefix>TPM`` (tokens)
+        per minute."""
         source = os.environ if environ is None else environ
         try:
             return cls(
@@ -49,6 +54,8 @@ class ModelSettings(Frozen):
                 api_key=SecretStr(_key(source, prefix)),
                 model=_require(source, f"{prefix}NAME"),
                 prices=_prices(source, prefix),
+                requests_per_minute=source.get(f"{prefix}RPM", "").strip() or None,
+                tokens_per_minute=source.get(f"{prefix}TPM", "").strip() or None,
             )
         except ValidationError as exc:
             problems = "; ".join(str(error["msg"]) for error in exc.errors())
