@@ -14,6 +14,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Final, TypeVar
 
 import typer
@@ -70,7 +71,7 @@ SessionArg = Annotated[str, typer.Argument(help="The session's id.")]
 Entries = Annotated[int, typer.Option(min=0, max=500, help="How many recent entries to show.")]
 RequestIdOption = Annotated[
     str | None,
-    typer.Option(help="Idempotency key: repeating it returns the original [a new uuid]."),
+    typer.Option(help="Idempotency key: repeating it returns the original (default: a new uuid)."),
 ]
 
 
@@ -90,7 +91,7 @@ def submit(
         InputPolicy | None,
         typer.Option(
             help="If the conversation's agent still runs: enqueue, interrupt or reject "
-            "[the session's default: enqueue]."
+            "(default: the session's, else enqueue)."
         ),
     ] = None,
     api_url: ApiUrl = None,
@@ -169,7 +170,7 @@ def answer(
     json_value: Annotated[
         bool, typer.Option("--json-value", help="VALUE is JSON (for a json question).")
     ] = False,
-    by: Annotated[str | None, typer.Option(help="Who answers [the token's name].")] = None,
+    by: Annotated[str | None, typer.Option(help="Who answers (default: the token's name).")] = None,
     why: Annotated[str | None, typer.Option(help="Why (recorded with the answer).")] = None,
     request_id: RequestIdOption = None,
     api_url: ApiUrl = None,
@@ -181,34 +182,33 @@ def answer(
     _answer(session_id, question_id, given, by, why, request_id, api_url, token, as_json)
 
 
-@app.command()
-def approve(
-    session_id: SessionArg,
-    question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
-    why: Annotated[str | None, typer.Option(help="Why (recorded).")] = None,
-    by: Annotated[str | None, typer.Option(help="Who approves [the token's name].")] = None,
-    request_id: RequestIdOption = None,
-    api_url: ApiUrl = None,
-    token: ApiToken = None,
-    as_json: Json = False,
-) -> None:
-    """Approve a tool call waiting for approval: it is dispatched then."""
-    _answer(session_id, question_id, APPROVE, by, why, request_id, api_url, token, as_json)
+def _decision(value: str, help_: str) -> Callable[..., None]:
+    """``bh approve`` / ``bh deny``: answer an approval question with ``value``."""
+
+    def decide(
+        session_id: SessionArg,
+        question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
+        why: Annotated[str | None, typer.Option(help="Why (recorded; the model reads it).")] = None,
+        by: Annotated[
+            str | None, typer.Option(help="Who decides (default: the token's name).")
+        ] = None,
+        request_id: RequestIdOption = None,
+        api_url: ApiUrl = None,
+        token: ApiToken = None,
+        as_json: Json = False,
+    ) -> None:
+        _answer(session_id, question_id, value, by, why, request_id, api_url, token, as_json)
+
+    decide.__doc__ = help_
+    return decide
 
 
-@app.command()
-def deny(
-    session_id: SessionArg,
-    question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
-    why: Annotated[str | None, typer.Option(help="Why (the model reads it).")] = None,
-    by: Annotated[str | None, typer.Option(help="Who denies [the token's name].")] = None,
-    request_id: RequestIdOption = None,
-    api_url: ApiUrl = None,
-    token: ApiToken = None,
-    as_json: Json = False,
-) -> None:
-    """Deny a tool call waiting for approval: it never runs; the model is told why."""
-    _answer(session_id, question_id, DENY, by, why, request_id, api_url, token, as_json)
+app.command("approve")(
+    _decision(APPROVE, "Approve a tool call waiting for approval: it is dispatched then.")
+)
+app.command("deny")(
+    _decision(DENY, "Deny a tool call waiting for approval: it never runs; the model is told why.")
+)
 
 
 def _answer(
