@@ -41,6 +41,7 @@ from session_api.views import (
     CancelRequest,
     CommitEvent,
     EntryView,
+    Inbox,
     InputPolicyRequest,
     OutboxView,
     QuestionView,
@@ -124,6 +125,10 @@ class SessionApiClient(ApiClient):
         await self._request(
             "PUT", f"/v1/sessions/{session_id}/budget", json=body.model_dump(mode="json")
         )
+
+    async def questions(self, *, queue: str | None = None) -> Inbox:
+        params = {} if queue is None else {"queue": queue}
+        return self._parse(Inbox, await self._request("GET", "/v1/questions", params=params))
 
     async def sessions(self, *, limit: int | None = None) -> SessionList:
         params = {} if limit is None else {"limit": str(limit)}

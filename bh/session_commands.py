@@ -1,5 +1,5 @@
-"""``bh submit | answer | approve | deny | input-policy | budget | sessions | show |
-watch | cancel``: sessions through the Session API.
+"""``bh submit | answer | approve | deny | questions | input-policy | budget | sessions |
+show | watch | cancel``: sessions through the Session API.
 
 The API is found by ``--api-url`` / ``BH_SESSION_API_URL`` and authenticated with
 ``--token`` / ``BH_SESSION_API_TOKEN`` (prefer the variable: options show in ``ps``).
@@ -240,6 +240,31 @@ def _answer(
     console.print(
         f"answer {sub.request_id} to {question_id} {said} ({sub.status.value})", highlight=False
     )
+
+
+@app.command()
+def questions(
+    queue: Annotated[str | None, typer.Option(help="Only this queue (say, approvals).")] = None,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """The open questions and approvals of the active sessions, oldest first."""
+    found = run_client(SessionApiClient, api_url, token, lambda api: api.questions(queue=queue))
+    if as_json:
+        print_json(found)
+        return
+    table = Table(title="waiting for input", title_justify="left")
+    for column in ("session", "question", "kind", "queue", "asks"):
+        table.add_column(column, overflow="fold")
+    for item in found.questions:
+        question = item.question
+        table.add_row(
+            item.session_id, question.id, question.kind.value, question.queue, Text(question.prompt)
+        )
+    console.print(table)
+    if found.truncated:
+        errors.print("[yellow]more sessions are active than were read[/]")
 
 
 @app.command()

@@ -23,6 +23,7 @@ from contracts import InvalidInput
 from contracts.errors import ErrorBody
 from coordination import WakeQueue
 from session_api.context import ApiContext
+from session_api.inbox import inbox_router
 from session_api.metrics import Backlog, SessionApiMetrics
 from session_api.sessions import sessions_router
 from session_api.stream import StreamSettings
@@ -95,6 +96,9 @@ def create_app(
     app.include_router(_health_router())
     app.include_router(
         sessions_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED
+    )
+    app.include_router(
+        inbox_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED
     )
     app.include_router(
         _metrics_router(SessionApiMetrics(backlog)),

@@ -43,7 +43,7 @@ from webapi.scopes import check_session, needs
 DEFAULT_ENTRIES: Final = 20
 MAX_ENTRIES: Final = 500
 #: Sessions loaded at once when listing.
-_LOADS: Final = 8
+LOADS: Final = 8
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 _NEVER: Final = datetime.min.replace(tzinfo=UTC)
 
@@ -59,7 +59,7 @@ LimitParam = Annotated[
 Reader = Annotated[Grant, needs(Access.READ)]
 Operator = Annotated[Grant, needs(Access.OPERATE)]
 #: A restricted token's list scans this many times its limit of the active index.
-_SCAN_FACTOR: Final = 10
+SCAN_FACTOR: Final = 10
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such session, submission or task"},
@@ -315,12 +315,12 @@ def _cancel_target(body: CancelRequest) -> tuple[str, str]:
 
 
 async def _list(store: SessionStore, limit: int, grant: Grant) -> SessionList:
-    scan = limit * _SCAN_FACTOR if grant.restricted else limit
+    scan = limit * SCAN_FACTOR if grant.restricted else limit
     scanned, complete = await store.some_active_sessions(scan)
     covered = [session_id for session_id in scanned if grant.covers(session_id)]
     session_ids = covered[:limit]
     complete = complete and len(covered) <= limit
-    loads = asyncio.Semaphore(_LOADS)
+    loads = asyncio.Semaphore(LOADS)
 
     async def summary(session_id: str) -> SessionSummary:
         async with loads:

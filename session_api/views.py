@@ -285,6 +285,22 @@ class QuestionView(Frozen):
     question: Question
 
 
+class InboxItem(Frozen):
+    """An open question of one session (``GET /v1/questions``)."""
+
+    session_id: str
+    task_id: str
+    question: Question
+
+
+class Inbox(Frozen):
+    """Open questions across the active sessions the token covers, oldest first;
+    ``truncated``: more active sessions exist than were read."""
+
+    questions: list[InboxItem]
+    truncated: bool = False
+
+
 class SessionSummary(Frozen):
     """A session at a glance; ``problem`` says why it could not be loaded."""
 

@@ -130,6 +130,7 @@ BODIES: dict[str, Any] = {
 #: admin/unscoped token.
 EXPECTED: dict[tuple[str, str], int] = {
     ("GET", "/v1/sessions"): 200,
+    ("GET", "/v1/questions"): 200,
     ("GET", "/v1/operations"): 200,
     ("GET", "/v1/tools"): 200,
     ("GET", "/v1/tools/{name}"): 404,

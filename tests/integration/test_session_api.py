@@ -197,6 +197,7 @@ ROUTES = [
     ("GET", "/v1/sessions", None),
     ("GET", "/v1/sessions/s1", None),
     ("GET", "/v1/sessions/s1/events", None),
+    ("GET", "/v1/questions", None),
     ("POST", "/v1/sessions/s1/submissions", {"request_id": "r1", "input": "hi"}),
     ("POST", "/v1/sessions/s1/cancel", {"request_id": "r1"}),
     ("PUT", "/v1/sessions/s1/input-policy", {"policy": "reject"}),
@@ -541,6 +542,7 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
         "/v1/sessions/{session_id}/inputs",
         "/v1/sessions/{session_id}/input-policy",
         "/v1/sessions/{session_id}/budget",
+        "/v1/questions",
         "/v1/sessions/{session_id}/events",
     }
     assert paths["/v1/sessions/{session_id}"]["get"]["security"] == [{"HTTPBearer": []}]
@@ -635,6 +637,27 @@ async def test_a_question_is_answered_once_through_the_api(api: Api) -> None:
     late = await answer("a3", "red")
     assert late.status_code == 409
     assert "already answered by default" in late.json()["error"]["message"]
+
+
+async def test_the_inbox_lists_open_questions_across_sessions(api: Api) -> None:
+    for session in ("s1", "s2"):
+        await api.submit("r1", {"task": {"kind": "ask"}}, session=session)
+        await api.k.run(session)
+    inbox = (await api.http.get("/v1/questions")).json()
+    assert [(q["session_id"], q["question"]["id"]) for q in inbox["questions"]] == [
+        ("s1", "q1"),
+        ("s2", "q1"),
+    ]
+    assert (await api.http.get("/v1/questions", params={"queue": "ops"})).json()["questions"] == []
+    await api.k.client.answer("s1", "a1", "q1", "red", by="ann")
+    await api.k.run("s1")
+    left = (await api.http.get("/v1/questions", params={"queue": "default"})).json()
+    assert [q["session_id"] for q in left["questions"]] == ["s2"]
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    listed = await asyncio.to_thread(
+        CliRunner().invoke, session_commands.app, ["questions"], env=env
+    )
+    assert listed.exit_code == 0 and "s2" in listed.output and "Which?" in listed.output
 
 
 async def test_the_stream_shows_the_question_and_its_answer(api: Api) -> None:
