@@ -14,7 +14,7 @@ The API key is sent only in the ``Authorization`` header and never appears in er
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
 from brain.model.settings import ModelSettings
+from brain.model.stream import Assembly
 from contracts.errors import ModelRejected, ModelUnavailable
 from contracts.usage import Usage
 
@@ -57,11 +58,17 @@ class OpenAIChatClient:
         *,
         tools: Sequence[ToolSchema] = (),
         request_id: str,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
-        """Send the conversation once and return the model's reply."""
-        response = await self._post(self._payload(messages, tools), request_id)
-        self._check_status(response, request_id)
-        reply = _parse_reply(response, request_id)
+        """Send the conversation once and return the model's reply; ``on_text`` hears
+        each piece of the answer's text as it streams in (with ``stream`` set)."""
+        payload = self._payload(messages, tools)
+        if self._settings.stream:
+            reply = await self._streamed(payload, request_id, on_text)
+        else:
+            response = await self._post(payload, request_id)
+            self._check_status(response, request_id)
+            reply = _parse_reply(response, request_id)
         if self._settings.prices is None:
             return reply
         cost = Usage.of_call(reply.usage, self._settings.prices).cost
@@ -82,11 +89,48 @@ class OpenAIChatClient:
             payload["max_tokens"] = self._settings.max_tokens
         return payload
 
-    async def _post(self, payload: dict[str, Any], request_id: str) -> httpx.Response:
-        headers = {
+    async def _streamed(
+        self, payload: dict[str, Any], request_id: str, on_text: Callable[[str], None] | None
+    ) -> ModelReply:
+        """The answer as Server-Sent Events, put back together; a stream that ends
+        before ``[DONE]`` is a failed call (``ModelUnavailable``), never a short answer."""
+        payload = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        assembly = Assembly(on_text=on_text)
+        try:
+            async with self._http.stream(
+                "POST", self._url, json=payload, headers=self._headers(request_id)
+            ) as response:
+                if not response.is_success:
+                    await response.aread()
+                    self._check_status(response, request_id)
+                async for line in response.aiter_lines():
+                    assembly.feed(line)
+        except httpx.TimeoutException as exc:
+            raise self._unavailable("timed out", exc, request_id) from exc
+        except httpx.RequestError as exc:  # the connection dropped mid-stream, too
+            raise self._unavailable("failed", exc, request_id) from exc
+        except ValueError as exc:
+            raise _malformed(request_id, f"a chunk is not JSON ({exc})") from None
+        if not assembly.done:
+            raise ModelUnavailable(
+                "the model's stream ended before [DONE]: the answer is incomplete",
+                **self._where(request_id),
+            )
+        return _reply_of(assembly.completion(), request_id)
+
+    def _unavailable(self, what: str, exc: Exception, request_id: str) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model request {what} ({type(exc).__name__}: {exc})", **self._where(request_id)
+        )
+
+    def _headers(self, request_id: str) -> dict[str, str]:
+        return {
             "Authorization": f"Bearer {self._settings.api_key.get_secret_value()}",
             "X-Request-Id": request_id,
         }
+
+    async def _post(self, payload: dict[str, Any], request_id: str) -> httpx.Response:
+        headers = self._headers(request_id)
         try:
             return await self._http.post(self._url, json=payload, headers=headers)
         except httpx.TimeoutException as exc:
@@ -248,6 +292,18 @@ def _parse_reply(response: httpx.Response, request_id: str) -> ModelReply:
         completion = _WireCompletion.model_validate_json(response.content)
     except ValidationError as exc:
         raise _malformed(request_id, f"{exc.error_count()} validation error(s)") from None
+    return _reply(completion, request_id)
+
+
+def _reply_of(assembled: dict[str, Any], request_id: str) -> ModelReply:
+    try:
+        completion = _WireCompletion.model_validate(assembled)
+    except ValidationError as exc:
+        raise _malformed(request_id, f"{exc.error_count()} validation error(s)") from None
+    return _reply(completion, request_id)
+
+
+def _reply(completion: _WireCompletion, request_id: str) -> ModelReply:
     if not completion.choices:
         raise _malformed(request_id, "no choices")
     choice = completion.choices[0]

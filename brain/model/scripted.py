@@ -29,17 +29,18 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from brain.model.serving import run_app
+from brain.model.stream import DONE, chunks, event
 from contracts.errors import InvalidInput
 from contracts.model import Frozen
 
@@ -66,7 +67,8 @@ class Turn(Frozen):
 
     The first ``fail_first`` requests that reach this turn get HTTP ``fail_status`` (503,
     or 429) at once (counted in server memory), with ``Retry-After: retry_after`` when
-    given; a request that is answered waits ``delay_seconds`` first.
+    given; a request that is answered waits ``delay_seconds`` first. A request with
+    ``"stream": true`` is answered as Server-Sent Events (``brain.model.stream``).
     """
 
     content: str | None = None
@@ -74,6 +76,10 @@ class Turn(Frozen):
     fail_first: int = Field(default=0, ge=0)
     fail_status: Literal[429, 503] = 503
     retry_after: float | None = Field(default=None, ge=0)
+    #: streamed answers (``"stream": true``): seconds between chunks, and a connection
+    #: that ends after this many chunks (a mid-stream disconnect)
+    stream_pause: float = Field(default=0.0, ge=0)
+    stream_cut_after: int | None = Field(default=None, ge=0)
     delay_seconds: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
@@ -140,9 +146,9 @@ class ScriptedModel:
         self.received.append(
             ReceivedRequest(request_id=request.headers.get("x-request-id"), body=body)
         )
-        return await self._answer(messages)
+        return await self._answer(messages, stream=body.get("stream") is True)
 
-    async def _answer(self, messages: list[dict[str, Any]]) -> Response:
+    async def _answer(self, messages: list[dict[str, Any]], *, stream: bool = False) -> Response:
         index = sum(1 for message in messages if message["role"] == "assistant")
         if index >= len(self.script.turns):
             return _error(
@@ -163,7 +169,10 @@ class ScriptedModel:
                 failed.headers["Retry-After"] = f"{turn.retry_after:g}"
             return failed
         await asyncio.sleep(turn.delay_seconds)
-        return JSONResponse(_completion(self.script.model, index, turn, messages))
+        completion = _completion(self.script.model, index, turn, messages)
+        if stream:
+            return StreamingResponse(_streamed(completion, turn), media_type="text/event-stream")
+        return JSONResponse(completion)
 
     async def _models(self, request: Request) -> Response:
         if not self._authorized(request):
@@ -218,6 +227,18 @@ def _completion(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+async def _streamed(completion: dict[str, Any], turn: Turn) -> AsyncIterator[bytes]:
+    """The completion as Server-Sent Events, ``stream_pause`` seconds apart; with
+    ``stream_cut_after`` the connection ends after that many chunks, without [DONE]."""
+    for sent, chunk in enumerate(chunks(completion)):
+        if turn.stream_cut_after is not None and sent >= turn.stream_cut_after:
+            return
+        if sent and turn.stream_pause:
+            await asyncio.sleep(turn.stream_pause)
+        yield event(chunk)
+    yield event(DONE)
 
 
 def _content(turn: Turn, messages: Sequence[dict[str, Any]]) -> str | None:

@@ -26,6 +26,8 @@ class ModelSettings(Frozen):
     max_tokens: int | None = Field(default=None, gt=0)
     #: per million tokens; a response's cost is computed from them (None: no cost)
     prices: Prices | None = None
+    #: ask for the answer as a stream of Server-Sent Events (``brain.model.stream``)
+    stream: bool = False
     #: limits of this endpoint across all Brains (``coordination.ratelimit``; None: none)
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
@@ -46,7 +48,7 @@ class ModelSettings(Frozen):
         else ``<prefix>API_KEY``; both set is refused (which one is meant?). Optional
         prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``; and
         limits across all Brains: ``<prefix>RPM`` (requests), ``<prefix>TPM`` (tokens)
-        per minute."""
+        per minute; ``<prefix>STREAM=1`` to stream answers."""
         source = os.environ if environ is None else environ
         try:
             return cls(
@@ -54,6 +56,7 @@ class ModelSettings(Frozen):
                 api_key=SecretStr(_key(source, prefix)),
                 model=_require(source, f"{prefix}NAME"),
                 prices=_prices(source, prefix),
+                stream=source.get(f"{prefix}STREAM", "").strip().lower() in {"1", "true", "yes"},
                 requests_per_minute=source.get(f"{prefix}RPM", "").strip() or None,
                 tokens_per_minute=source.get(f"{prefix}TPM", "").strip() or None,
             )
