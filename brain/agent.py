@@ -381,11 +381,11 @@ async def _decided(ctx: PhaseContext) -> PhaseOutcome:
     """A person (or the deadline) decided on the call: go on, or tell the model no."""
     decision = ctx.answer(approval_id(ctx.task.id))
     spec = ctx.services.tools.spec(str(ctx.input["tool"]))
-    if not decision.approved or spec is None:
+    if not decision.approved:
         why = f": {decision.why}" if decision.why else ""
-        if spec is None:
-            why = f"{why}; the tool is no longer available"
         return _answer_error(ctx, "denied", f"the call was denied by {decision.by}{why}")
+    if spec is None:  # approved, but this Brain no longer has the tool
+        return _answer_error(ctx, "unknown_tool", f"tool {ctx.input['tool']!r} is gone")
     args: dict[str, Any] = dict(ctx.memo["args"])  # type: ignore[arg-type]
     return _proceed(ctx, spec, args)
 

@@ -301,8 +301,7 @@ def _rejected(submission: Submission, conversation_id: str) -> Submission:
 
 def blocked_reasons(state: SessionState) -> object:
     """What the session's control document says is blocked (None or empty: nothing)."""
-    control = state.documents.get(CONTROL_DOCUMENT)
-    return control.body.get("blocked") if control and isinstance(control.body, dict) else None
+    return control_member(state, "blocked")
 
 
 async def _commit_unfenced(

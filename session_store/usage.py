@@ -7,9 +7,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contracts import CONTROL_DOCUMENT, USAGE_DOCUMENT, Budget
+from contracts import USAGE_DOCUMENT, Budget
 from contracts.usage import BUDGET, SessionUsage
 from session_store.state import SessionState
+from session_store.submissions import control_member
 
 
 def session_usage(body: Any) -> SessionUsage:
@@ -27,8 +28,7 @@ def usage_of(state: SessionState) -> SessionUsage:
 
 def budget_of(state: SessionState) -> Budget | None:
     """The session's budget (control document member ``budget``), if one is set."""
-    control = state.documents.get(CONTROL_DOCUMENT)
-    said = control.body.get(BUDGET) if control and isinstance(control.body, dict) else None
+    said = control_member(state, BUDGET)
     if said is None:
         return None
     try:
