@@ -66,7 +66,7 @@ class EgressGateway:
     def route(self) -> EgressRoute:
         if self.network is None:
             raise RuntimeError("the egress gateway is not started")
-        return self.proxy.route(self.network.name)
+        return self.proxy.route(self.network.id)
 
     async def close(self, *, teardown: bool = False) -> None:
         """Stop the proxy. Containers may outlive this process, so by default the
@@ -79,7 +79,7 @@ class EgressGateway:
             else:
                 await self.firewall.fence()
         if teardown and self.network is not None:
-            await remove_egress_network(docker_url=self._docker_url, name=self.network.name)
+            await remove_egress_network(docker_url=self._docker_url, name=self.network.id)
 
     async def __aenter__(self) -> Self:
         await self.start()

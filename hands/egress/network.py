@@ -47,34 +47,50 @@ async def ensure_egress_network(
 
 
 async def remove_egress_network(*, docker_url: str, name: str, api_timeout: float = 120.0) -> None:
-    """Remove the network (absent is fine; fails while containers are attached)."""
+    """Remove every network called ``name``, or the one whose id it is (absent is fine;
+    fails while containers are attached)."""
     await asyncio.to_thread(_remove, docker_url, name, api_timeout)
 
 
 def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
+    """The engine's duplicate check is not atomic: Hands starting together on one host
+    can each create a network called ``name``. A network is therefore always used by its
+    id: one that creates a network keeps it, one that finds several takes the oldest.
+    None is removed here: a twin another Hands uses cannot be told from an idle one, and
+    each bridge has its own firewall chain, so twins are harmless."""
     with _client(docker_url, api_timeout) as api:
-        try:
-            return _described(api.inspect_network(name))
-        except docker.errors.NotFound:
-            pass
-        try:
-            api.create_network(
-                name,
-                driver="bridge",
-                internal=True,
-                options={_ICC: "false", _MASQUERADE: "false"},
-                labels={LABEL_EGRESS: "1"},
-                check_duplicate=True,
-            )
-        except docker.errors.APIError as error:
-            if error.status_code != 409:
-                raise
-        return _described(api.inspect_network(name))
+        called = sorted(_called(api, name), key=_age)
+        if called:
+            return _described(api.inspect_network(called[0]["Id"]))
+        created = api.create_network(
+            name,
+            driver="bridge",
+            internal=True,
+            options={_ICC: "false", _MASQUERADE: "false"},
+            labels={LABEL_EGRESS: "1"},
+        )
+        return _described(api.inspect_network(created["Id"]))
+
+
+def _called(api: Any, name: str) -> list[dict[str, Any]]:
+    """The networks named exactly ``name`` (the engine's filter matches substrings)."""
+    return [n for n in api.networks(names=[name]) if n["Name"] == name]
+
+
+def _age(network: dict[str, Any]) -> tuple[str, str, str]:
+    """A sort key of creation time: RFC 3339 from one engine, whose fraction of a second
+    drops trailing zeros (so it is padded before comparing), then the id."""
+    stamp = network.get("Created") or ""
+    fraction = stamp[20:] if stamp[19:20] == "." else ""
+    digits = fraction[: len(fraction) - len(fraction.lstrip("0123456789"))]
+    return stamp[:19], digits.ljust(9, "0"), network["Id"]
 
 
 def _remove(docker_url: str, name: str, api_timeout: float) -> None:
-    with _client(docker_url, api_timeout) as api, contextlib.suppress(docker.errors.NotFound):
-        api.remove_network(name)
+    with _client(docker_url, api_timeout) as api:
+        for network in [n["Id"] for n in _called(api, name)] or [name]:
+            with contextlib.suppress(docker.errors.NotFound):
+                api.remove_network(network)
 
 
 def _described(network: dict[str, Any]) -> EgressNetwork:

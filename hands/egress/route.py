@@ -23,8 +23,8 @@ def proxy_token(secret: SecretStr, operation_id: str) -> str:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EgressRoute:
-    """Where containers whose tool allows egress go: ``network`` (internal Docker
-    network, the only one they join) and the proxy at ``host:port`` on its gateway."""
+    """Where containers whose tool allows egress go: ``network`` (the id of the internal
+    Docker network, the only one they join) and the proxy at ``host:port`` on its gateway."""
 
     network: str
     host: str

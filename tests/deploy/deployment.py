@@ -161,20 +161,25 @@ class Deployment:
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_OWNER}={owner}"}
         ):
-            with contextlib.suppress(docker.errors.APIError):
-                self.client.networks.get(egress).disconnect(container, force=True)
+            for network in _called(self.client, egress):
+                with contextlib.suppress(docker.errors.APIError):
+                    network.disconnect(container, force=True)
             with contextlib.suppress(docker.errors.APIError):
                 container.remove(force=True)
         left = []
         for name in (egress, self.env["BH_DEPLOY_NETWORK"], self.env["BH_OUTSIDE_NETWORK"]):
-            with contextlib.suppress(docker.errors.NotFound):
-                network = self.client.networks.get(name)
+            for network in _called(self.client, name):
                 bridge = f"br-{network.id[:12]}"
                 with contextlib.suppress(Exception):
                     await BridgeFirewall(interface=bridge, address="0.0.0.0", port=1).remove()
                 if not await _removed(network):
                     left.append(f"network {name} (the engine still counts an endpoint on it)")
         return left
+
+
+def _called(client: Any, name: str) -> list[Any]:
+    """The networks named exactly ``name``: Hands starting together may create twins."""
+    return [n for n in client.networks.list(names=[name]) if n.name == name]
 
 
 async def _removed(network: Any, tries: int = 10) -> bool:
