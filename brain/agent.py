@@ -39,6 +39,7 @@ from brain.context import PhaseContext
 from brain.decide import INPUTS_SEEN
 from brain.model.messages import ChatMessage, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, Sleep, TaskSpec, Wait
+from brain.progress import PROGRESS_DOCUMENT
 from brain.registry import TaskKind
 from brain.tools import ToolSpec, validate_arguments
 from contracts import (
@@ -134,9 +135,19 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     ]
     ctx.crash_point("call:before:model")
     try:
-        reply = await model.complete(messages, tools=tools, request_id=f"{prefix}.a{ctx.attempt}")
+        attempt = f"{prefix}.a{ctx.attempt}"
+        reply = await model.complete(
+            messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
+        )
     except ModelUnavailable as error:
-        note = _interruption(f"{prefix}.int{ctx.attempt}", conversation, ctx.attempt, error.message)
+        streamed = ctx.previewed()
+        note = _interruption(
+            f"{prefix}.int{ctx.attempt}",
+            conversation,
+            ctx.attempt,
+            error.message,
+            preview={"text": streamed} if streamed else None,
+        )
         # a server's Retry-After is a durable backoff: the task sleeps as pending, and
         # its Brain lets go of the session meanwhile
         wait = error.details.get("retry_after")
@@ -477,16 +488,26 @@ def _interruptions(
     """Earlier attempts of this request with no record yet: the process running each of
     them died before any outcome. An attempt that ended with an error recorded its own."""
     recorded = {entry.id for entry in history if entry.kind is EntryKind.INTERRUPTION}
+    written = ctx.document(PROGRESS_DOCUMENT)
+    preview = written.body.get(ctx.task.id) if written is not None else None
     return tuple(
         _interruption(
             f"{prefix}.int{attempt}",
             conversation,
             attempt,
             "the process running this request stopped before it completed",
+            preview=_preview_of(preview, f"{prefix}.a{attempt}"),
         )
         for attempt in range(1, ctx.attempt)
         if f"{prefix}.int{attempt}" not in recorded
     )
+
+
+def _preview_of(member: object, request: str) -> dict[str, JsonValue] | None:
+    """The last written preview of ``request``, as the progress document holds it."""
+    if not isinstance(member, dict) or member.get("request") != request:
+        return None
+    return {key: member.get(key) for key in ("text", "chars", "truncated", "at")}
 
 
 def _interrupted(ctx: PhaseContext) -> tuple[Entry, ...]:
@@ -504,17 +525,31 @@ def _interrupted(ctx: PhaseContext) -> tuple[Entry, ...]:
             "round": round_,
             "why": str(said.get("why")),
             "note": "the model call was abandoned; no part of it is used as a response",
+            **({"preview": {"text": said["preview"]}} if said.get("preview") else {}),
         },
     )
     return (entry,)
 
 
-def _interruption(entry_id: str, conversation: str, attempt: int, why: str) -> Entry:
+def _interruption(
+    entry_id: str,
+    conversation: str,
+    attempt: int,
+    why: str,
+    *,
+    preview: dict[str, JsonValue] | None = None,
+) -> Entry:
+    """The record of an attempt that gave no answer; ``preview``: the text it had
+    streamed when last saved (kept as a record, never used as a response)."""
+    content: dict[str, JsonValue] = {
+        "attempt": attempt,
+        "why": why,
+        "note": "no part of it is used as a response",
+    }
+    if preview is not None:
+        content["preview"] = preview
     return Entry(
-        id=entry_id,
-        kind=EntryKind.INTERRUPTION,
-        conversation_id=conversation,
-        content={"attempt": attempt, "why": why, "note": "no part of it is used as a response"},
+        id=entry_id, kind=EntryKind.INTERRUPTION, conversation_id=conversation, content=content
     )
 
 

@@ -136,6 +136,10 @@ class CommitBuilder:
             self.update(parent_id, usage=task.usage.plus(effects.usage.usage))
             self._usage.append(effects.usage)
 
+    def write(self, document: DocumentWrite) -> None:
+        """A document change made by the kernel itself (not a phase's effects)."""
+        self._documents.append(document)
+
     def mark_sent(self, message_ids: list[str]) -> None:
         """Outbox messages the relay published: no longer pending."""
         self._sent.extend(i for i in message_ids if i in self._state.outbox)

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from brain.operations import Operations, Performed
+from brain.progress import Progress
 from brain.services import Services
 from contracts import Answer, Budget, Document, Entry, NotFound, Operation, Task, Usage
 from coordination.leases import LeaseProof
@@ -26,8 +27,10 @@ class PhaseContext:
         services: Services,
         *,
         lease: LeaseProof | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.task = task
+        self._progress = progress
         self._handle = handle
         self.services = services
         self._operations = Operations(services, handle.session_id, task, lease=lease)
@@ -95,6 +98,16 @@ class PhaseContext:
 
     async def conversation(self, conversation_id: str) -> list[Entry]:
         return [e for e in await self._handle.entries() if e.conversation_id == conversation_id]
+
+    def preview(self, request: str, piece: str) -> None:
+        """A piece of text this phase is receiving for ``request`` (a model call's
+        attempt): saved by a deferred commit, may be lost, drives nothing."""
+        if self._progress is not None:
+            self._progress.note(self.task.id, request, piece)
+
+    def previewed(self) -> str | None:
+        """The text this phase has previewed so far (saved or not)."""
+        return None if self._progress is None else self._progress.text(self.task.id)
 
     def crash_point(self, name: str) -> None:
         """A moment where a crash is worth testing (see ``runtime.crashpoints``)."""

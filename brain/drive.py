@@ -22,12 +22,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from pydantic import JsonValue
+
 from brain import decide, planner
 from brain.builder import CommitBuilder
 from brain.context import PhaseContext
 from brain.ingest import ingest, root_task_id
 from brain.operations import Dispatched, OperationInFlight, OperationParked
 from brain.outcome import Effects, Fail, Next, PhaseOutcome, Retry, Wait
+from brain.progress import Progress
 from brain.registry import TaskKind
 from bus import CANCEL_SUBJECT, dispatch_subject
 from contracts import (
@@ -58,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REBASES = 8
+#: the label of deferred commits: previews only (``brain.progress``)
+PROGRESS_LABEL = "progress"
 # What the store answers when a write contradicts the session (or is malformed, or too
 # large): deciding again from a reloaded state gives the same answer.
 REFUSALS = (Refused, InvalidInput, NotFound)
@@ -101,6 +106,9 @@ class Drive:
         #: of those, the ones whose running phase was abandoned: task id -> why
         self.interrupted: dict[str, str] = {}
         self.plan = planner.Plan()
+        #: previews of running phases, written by deferred commits (``brain.progress``)
+        self.progress = Progress(self.services.progress)
+        self._progress_writer: asyncio.Task[None] | None = None
         #: awaited operations without a result at the last planning pass
         self.awaiting: set[str] = set()
         #: of those, the ones their executor parked as uncertain: operation -> reason
@@ -114,6 +122,7 @@ class Drive:
                 self.fence = self.handle.fence if fence is None else fence
                 return True  # nothing to do: nothing written, not even a claim
             await self._claim(fence)
+            self._progress_writer = asyncio.ensure_future(self.progress.run(self._write_progress))
             await self._loop()
         except FencedError as error:
             log.warning("session %s: fenced out: %s", self.handle.session_id, error.message)
@@ -148,6 +157,10 @@ class Drive:
             if not done:
                 async with self.lock:  # news from other writers: submissions, cancels
                     await self.handle.refresh()
+
+    async def _write_progress(self) -> None:
+        """A deferred commit: the pending previews and nothing else."""
+        await self._commit(lambda b: None, PROGRESS_LABEL, wake=lambda: False)
 
     async def _idle(self) -> bool:
         """Whether a planning pass would change nothing (read-only: commits nothing)."""
@@ -355,6 +368,7 @@ class Drive:
         # A task going straight on to its next phase changes nothing others wait for:
         # only wake the planner when it stops, or when it created tasks.
         label = f"{task.kind}:{task.phase}"
+        self.progress.settled(task.id)  # the outcome supersedes the phase's preview
         try:
             await self._commit(build, label, wake=lambda: not carry_on)
         except REFUSALS as error:
@@ -381,7 +395,9 @@ class Drive:
 
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         handler = kind.phases[task.phase]
-        context = PhaseContext(task, self.handle, self.services, lease=self.lease)
+        context = PhaseContext(
+            task, self.handle, self.services, lease=self.lease, progress=self.progress
+        )
         running = asyncio.ensure_future(handler(context))
         self.handlers[task.id] = running
         try:
@@ -391,9 +407,13 @@ class Drive:
         except asyncio.CancelledError:
             why = self.interrupted.pop(task.id, None)
             if running.cancelled() and why is not None and task.id not in self.stopped:
+                said: dict[str, JsonValue] = {"phase": task.phase, "why": why}
+                partial = self.progress.text(task.id)
+                if partial:
+                    said["preview"] = partial
                 return Next(
                     phase=kind.interruptible[task.phase],
-                    effects=Effects(memo={"interrupted": {"phase": task.phase, "why": why}}),
+                    effects=Effects(memo={"interrupted": said}),
                 )
             if not running.cancelled() or task.id not in self.stopped:
                 raise  # the drive is abandoned (lease lost, shutdown): decide nothing
@@ -475,6 +495,9 @@ class Drive:
             for _ in range(_REBASES):
                 builder = CommitBuilder(self.handle.state, self.services.clock())
                 build(builder)
+                if builder.build().is_empty and label != PROGRESS_LABEL:
+                    return False
+                self.progress.fold(builder)  # pending previews ride along with any commit
                 commit = builder.build()
                 if commit.is_empty:
                     return False
@@ -484,6 +507,7 @@ class Drive:
                     await self.handle.refresh()
                     continue
                 self.commits += 1
+                self.progress.written()
                 self.services.crash.reached(f"commit:{label}")
                 self._stop_cancelled()
                 if wake() or any(t.rev == 1 for t in commit.tasks):
@@ -573,7 +597,8 @@ class Drive:
                 running.result()  # re-raise FencedError and real failures
 
     async def _stop_all(self) -> None:
-        for error in await cancel_and_wait(*self.inflight.values()):
+        writer = [self._progress_writer] if self._progress_writer is not None else []
+        for error in await cancel_and_wait(*self.inflight.values(), *writer):
             if not isinstance(error, BrainhandsError):
                 log.error("a phase stopped with the drive raised: %r", error)
         self.inflight.clear()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from brain.progress import ProgressSettings
 from brain.tools import ToolDispatcher
 from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
@@ -45,3 +46,5 @@ class Services:
     process: str = field(default_factory=this_process)
     inflight: set[str] = field(default_factory=set)
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
+    #: how often previews of streamed text are written (``brain.progress``)
+    progress: ProgressSettings = field(default_factory=ProgressSettings)

@@ -22,6 +22,7 @@ from brain.doctor import doctor_kind
 from brain.embedded import run_until_idle
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
+from brain.progress import ProgressSettings
 from brain.registry import Registry
 from brain.relay import OutboxRelay
 from brain.results import ResultWaiter
@@ -117,9 +118,16 @@ async def build(
         model=model,
         relay=None if bus is None else OutboxRelay(bus, crash, store),
         limits=limits,
+        progress=_progress(settings.model),
     )
     runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
     return Built(store, runner, bus)
+
+
+def _progress(model: ModelSettings | None) -> ProgressSettings:
+    if model is None:
+        return ProgressSettings()
+    return ProgressSettings(interval=model.preview_interval, max_chars=model.preview_chars)
 
 
 async def run_worker(settings: WorkerSettings, *, crash: CrashPoints | None = None) -> DriveReport:

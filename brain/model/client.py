@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from brain.model.messages import ChatMessage, ModelReply, ToolSchema
@@ -14,7 +14,8 @@ class ModelClient(Protocol):
     One call is one attempt. Implementations raise ``contracts.ModelUnavailable`` when the
     same request may succeed later and ``contracts.ModelRejected`` when it will not.
     ``request_id`` identifies the attempt (stable across a replay of the same attempt) and is
-    passed to the provider where it has a place for it.
+    passed to the provider where it has a place for it. ``on_text`` hears each piece of
+    the answer's text as it arrives, when the adapter streams.
     """
 
     async def complete(
@@ -23,6 +24,7 @@ class ModelClient(Protocol):
         *,
         tools: Sequence[ToolSchema] = (),
         request_id: str,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...

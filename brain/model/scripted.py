@@ -77,9 +77,11 @@ class Turn(Frozen):
     fail_status: Literal[429, 503] = 503
     retry_after: float | None = Field(default=None, ge=0)
     #: streamed answers (``"stream": true``): seconds between chunks, and a connection
-    #: that ends after this many chunks (a mid-stream disconnect)
+    #: that ends after this many chunks (a mid-stream disconnect), for the first
+    #: ``stream_cut_times`` streams of this turn (None: every one)
     stream_pause: float = Field(default=0.0, ge=0)
     stream_cut_after: int | None = Field(default=None, ge=0)
+    stream_cut_times: int | None = Field(default=None, ge=1)
     delay_seconds: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
@@ -120,6 +122,7 @@ class ScriptedModel:
         self.received: list[ReceivedRequest] = []
         self._token = token
         self._failures: dict[int, int] = {}
+        self._cuts: dict[int, int] = {}
 
     def app(self) -> Starlette:
         return Starlette(
@@ -171,6 +174,10 @@ class ScriptedModel:
         await asyncio.sleep(turn.delay_seconds)
         completion = _completion(self.script.model, index, turn, messages)
         if stream:
+            cut = self._cuts.get(index, 0)
+            self._cuts[index] = cut + 1
+            if turn.stream_cut_times is not None and cut >= turn.stream_cut_times:
+                turn = turn.model_copy(update={"stream_cut_after": None})
             return StreamingResponse(_streamed(completion, turn), media_type="text/event-stream")
         return JSONResponse(completion)
 

@@ -28,6 +28,10 @@ class ModelSettings(Frozen):
     prices: Prices | None = None
     #: ask for the answer as a stream of Server-Sent Events (``brain.model.stream``)
     stream: bool = False
+    #: streamed text is saved as a preview at most once per this interval
+    preview_interval: timedelta = timedelta(milliseconds=250)
+    #: a preview keeps this many characters of the answer's text
+    preview_chars: int = Field(default=8000, gt=0)
     #: limits of this endpoint across all Brains (``coordination.ratelimit``; None: none)
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
@@ -48,7 +52,9 @@ class ModelSettings(Frozen):
         else ``<prefix>API_KEY``; both set is refused (which one is meant?). Optional
         prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``; and
         limits across all Brains: ``<prefix>RPM`` (requests), ``<prefix>TPM`` (tokens)
-        per minute; ``<prefix>STREAM=1`` to stream answers."""
+        per minute; ``<prefix>STREAM=1`` to stream answers, whose text is saved as a
+        preview at most every ``<prefix>PREVIEW_MS`` (250) milliseconds, up to
+        ``<prefix>PREVIEW_CHARS`` (8000) characters."""
         source = os.environ if environ is None else environ
         try:
             return cls(
@@ -57,12 +63,25 @@ class ModelSettings(Frozen):
                 model=_require(source, f"{prefix}NAME"),
                 prices=_prices(source, prefix),
                 stream=source.get(f"{prefix}STREAM", "").strip().lower() in {"1", "true", "yes"},
+                preview_interval=_millis(source, f"{prefix}PREVIEW_MS", 250),
+                preview_chars=source.get(f"{prefix}PREVIEW_CHARS", "").strip() or 8000,
                 requests_per_minute=source.get(f"{prefix}RPM", "").strip() or None,
                 tokens_per_minute=source.get(f"{prefix}TPM", "").strip() or None,
             )
         except ValidationError as exc:
             problems = "; ".join(str(error["msg"]) for error in exc.errors())
             raise InvalidInput(f"model settings from {prefix}* are invalid: {problems}") from None
+
+
+def _millis(environ: Mapping[str, str], name: str, default: float) -> timedelta:
+    text = environ.get(name, "").strip()
+    try:
+        millis = float(text) if text else default
+    except ValueError:
+        raise InvalidInput(f"{name} must be a number of milliseconds, got {text!r}") from None
+    if not millis > 0:
+        raise InvalidInput(f"{name} must be more than 0, got {text!r}")
+    return timedelta(milliseconds=millis)
 
 
 def _prices(environ: Mapping[str, str], prefix: str) -> Prices | None:
