@@ -34,6 +34,7 @@ from bh import terminal
 from bh.hands_client import HandsClient
 from bh.session_client import SessionApiClient
 from brain.doctor import DOCTOR
+from session_api.views import PreviewView
 
 console = terminal.console()
 METRIC = "brainhands_hands_operations"
@@ -113,6 +114,8 @@ async def _probe(
     async with asyncio.timeout(within):
         async with aclosing(api.follow(session_id)) as items:
             async for item in items:
+                if isinstance(item, PreviewView):
+                    continue
                 for submission in item.submissions:
                     if submission.request_id != request_id or not submission.status.is_final:
                         continue

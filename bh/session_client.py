@@ -34,6 +34,7 @@ from contracts.model import Frozen
 from session_api.views import (
     COMMIT_EVENT,
     ERROR_EVENT,
+    PREVIEW_EVENT,
     VIEW_EVENT,
     AnswerRequest,
     BudgetRequest,
@@ -44,6 +45,7 @@ from session_api.views import (
     Inbox,
     InputPolicyRequest,
     OutboxView,
+    PreviewView,
     QuestionView,
     SessionList,
     SessionView,
@@ -55,7 +57,7 @@ from session_api.views import (
 _M = TypeVar("_M", bound=BaseModel)
 
 #: What a session's event stream yields: the view it starts from, then commits.
-StreamItem = SessionView | CommitEvent
+StreamItem = SessionView | CommitEvent | PreviewView
 
 #: Consecutive failed connections after which ``follow`` gives up.
 GIVE_UP_AFTER: Final = 10
@@ -304,6 +306,20 @@ def merge(view: SessionView, commit: CommitEvent, *, keep_entries: int = 20) -> 
     )
 
 
+def with_preview(view: SessionView, preview: PreviewView) -> SessionView:
+    """``view`` showing ``preview`` (a snapshot replacing the task's older one; a
+    removal drops it)."""
+    kept = {p.task_id: p for p in view.previews}
+    held = kept.get(preview.task_id)
+    if held is not None and held.seq > preview.seq:
+        return view
+    if preview.removed:
+        kept.pop(preview.task_id, None)
+    else:
+        kept[preview.task_id] = preview
+    return view.model_copy(update={"previews": sorted(kept.values(), key=lambda p: p.task_id)})
+
+
 def _questions(tasks: Iterable[TaskView]) -> list[QuestionView]:
     """The open questions, as the server lists them (``describe.open_questions``)."""
     asked = [
@@ -329,6 +345,8 @@ def _item(event: str, data: str, id: str | None) -> StreamItem | None:
             return SessionView.model_validate_json(data)
         if event == COMMIT_EVENT:
             return CommitEvent.model_validate_json(data)
+        if event == PREVIEW_EVENT:
+            return PreviewView.model_validate_json(data)
         if event == ERROR_EVENT:
             info = ErrorInfo.model_validate_json(data)
         else:

@@ -27,7 +27,7 @@ from rich.tree import Tree
 
 from bh import terminal
 from bh.api_client import print_json, run_client
-from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh
+from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh, with_preview
 from contracts import BrainhandsError, Budget, InputPolicy, SubmissionStatus, TaskStatus
 from contracts.question import APPROVE, DENY
 from runtime.cancellation import cancel_and_wait
@@ -35,6 +35,7 @@ from session_api.views import (
     DEFAULT_CANCEL_REASON,
     AnswerRequest,
     OperationView,
+    PreviewView,
     SessionSummary,
     SessionView,
     SubmissionView,
@@ -416,6 +417,9 @@ class Watcher:
     def _take(self, item: StreamItem) -> None:
         if isinstance(item, SessionView):
             self.view = item
+        elif isinstance(item, PreviewView):
+            if self.view is not None:
+                self.view = with_preview(self.view, item)
         elif self.view is not None:
             self.view = merge(self.view, item, keep_entries=self.entries)
             self._stale = self._stale or needs_refresh(item)
@@ -433,6 +437,20 @@ class Watcher:
 # -- rendering ------------------------------------------------------------------------
 
 
+#: characters of a preview ``bh watch`` shows (its end: what arrived last)
+PREVIEW_TAIL = 400
+
+
+def preview_text(preview: PreviewView) -> Text:
+    """A running task's streamed text, marked as a preview (not an answer)."""
+    cut = ", cut" if preview.truncated else ""
+    text = Text(f"preview of {preview.task_id} ({preview.chars} chars{cut}, not an answer): ")
+    text.stylize("bold yellow")
+    shown = preview.text[-PREVIEW_TAIL:]
+    text.append(("…" if len(preview.text) > len(shown) else "") + shown, style="italic dim")
+    return text
+
+
 def render(view: SessionView) -> RenderableType:
     parts: list[RenderableType] = [_head(view), task_tree(view)]
     if view.blocked:
@@ -442,6 +460,7 @@ def render(view: SessionView) -> RenderableType:
         parts.append(blocked)
     if view.questions:
         parts.append(questions_table(view))
+    parts.extend(preview_text(preview) for preview in view.previews)
     if view.operations:
         parts.append(operations_table(view.operations, view.operations_total))
     parts.append(submissions_table(view.submissions))

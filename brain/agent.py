@@ -39,10 +39,10 @@ from brain.context import PhaseContext
 from brain.decide import INPUTS_SEEN
 from brain.model.messages import ChatMessage, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, Sleep, TaskSpec, Wait
-from brain.progress import PROGRESS_DOCUMENT
 from brain.registry import TaskKind
 from brain.tools import ToolSpec, validate_arguments
 from contracts import (
+    PROGRESS_DOCUMENT,
     BlobRef,
     Entry,
     EntryKind,

@@ -25,13 +25,10 @@ from datetime import timedelta
 from pydantic import Field, JsonValue
 
 from brain.builder import CommitBuilder
-from contracts import DocumentPatch, utcnow
+from contracts import PROGRESS_DOCUMENT, DocumentPatch, utcnow
 from contracts.model import Frozen
 
 log = logging.getLogger(__name__)
-
-#: the document of previews: one member per task with progress, removed by its outcome
-PROGRESS_DOCUMENT = "progress"
 
 
 class ProgressSettings(Frozen):

@@ -7,6 +7,7 @@ from contracts.blob import BlobRef
 from contracts.commit import Commit, CommitReceipt, CommitRecord
 from contracts.document import (
     CONTROL_DOCUMENT,
+    PROGRESS_DOCUMENT,
     Document,
     DocumentPatch,
     DocumentPut,
@@ -90,6 +91,7 @@ __all__ = [
     "CONTROL_DOCUMENT",
     "INLINE_RESULT_BYTES",
     "OPERATION_TRANSITIONS",
+    "PROGRESS_DOCUMENT",
     "USAGE_DOCUMENT",
     "AlreadyAnswered",
     "AlreadyApplied",

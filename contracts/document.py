@@ -12,6 +12,10 @@ from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 #: requests there, such as cancellations, and the lease holder turns them into decisions.
 CONTROL_DOCUMENT = "control"
 
+#: Previews of running tasks (text a model is streaming), one member per task, written
+#: by deferred commits of the lease holder: they may be lost and drive nothing.
+PROGRESS_DOCUMENT = "progress"
+
 
 class Document(Frozen):
     """Current value of a named document; ``version`` counts its changes from 1."""

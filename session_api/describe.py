@@ -18,8 +18,10 @@ from pydantic import ValidationError
 
 from contracts import (
     CONTROL_DOCUMENT,
+    PROGRESS_DOCUMENT,
     Commit,
     CommitRecord,
+    DocumentPatch,
     Entry,
     Operation,
     OperationResult,
@@ -34,6 +36,7 @@ from session_api.views import (
     EntryView,
     OperationView,
     OutboxView,
+    PreviewView,
     QuestionView,
     ResultSummary,
     SessionSummary,
@@ -79,6 +82,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         entry_count=state.entry_count,
         blocked=blocked,
         questions=open_questions(state),
+        previews=previews_of(state),
         cancel_requests=_strings(control.get("cancel_requests")),
         cancel_tasks=_strings(control.get("cancel_tasks")),
         decisions=_decisions(control.get(DECISIONS)),
@@ -139,6 +143,46 @@ def commit_event(record: CommitRecord) -> CommitEvent:
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in commit.outbox],
         outbox_done=list(commit.outbox_done),
     )
+
+
+def previews_of(state: SessionState) -> list[PreviewView]:
+    """The previews the session's progress document holds (running tasks' text)."""
+    document = state.documents.get(PROGRESS_DOCUMENT)
+    members = document.body if document is not None else {}
+    return [
+        _preview(state.session_id, state.seq, task_id, member)
+        for task_id, member in sorted(members.items())
+        if isinstance(member, dict)
+    ]
+
+
+def preview_events(record: CommitRecord) -> list[PreviewView]:
+    """The previews a commit saved or removed (deferred commits, and the commits that
+    folded pending previews in or superseded them)."""
+    found: list[PreviewView] = []
+    for write in record.commit.documents:
+        if write.name != PROGRESS_DOCUMENT or not isinstance(write, DocumentPatch):
+            continue
+        for task_id, member in write.patch.items():
+            if member is None:
+                found.append(
+                    PreviewView(
+                        session_id=record.session_id, seq=record.seq, task_id=task_id, removed=True
+                    )
+                )
+            elif isinstance(member, dict):
+                found.append(_preview(record.session_id, record.seq, task_id, member))
+    return found
+
+
+def _preview(session_id: str, seq: int, task_id: str, member: Mapping[str, Any]) -> PreviewView:
+    """A progress member as a view; one that does not parse is shown as empty, flagged."""
+    try:
+        return PreviewView.model_validate(
+            {**member, "session_id": session_id, "seq": seq, "task_id": task_id, "preview": True}
+        )
+    except ValidationError:
+        return PreviewView(session_id=session_id, seq=seq, task_id=task_id, text="(unreadable)")
 
 
 def submission_view(submission: Submission) -> SubmissionView:

@@ -10,6 +10,9 @@ small range read per poll, whatever the session's size::
     id: 41
     data: {"session_id": "s1", "seq": 41, ...}          SessionView
 
+    event: preview                (a commit that saved streamed text: before it, no id)
+    data: {"preview": true, "task_id": "root.r1", "text": "...", ...}   PreviewView
+
     event: commit
     id: 42
     data: {"session_id": "s1", "seq": 42, "tasks": [...], ...}   CommitEvent
@@ -39,8 +42,8 @@ from pydantic import BaseModel, Field
 
 from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo
 from contracts.model import Frozen
-from session_api.describe import commit_event, session_view
-from session_api.views import COMMIT_EVENT, ERROR_EVENT, VIEW_EVENT
+from session_api.describe import commit_event, preview_events, session_view
+from session_api.views import COMMIT_EVENT, ERROR_EVENT, PREVIEW_EVENT, VIEW_EVENT
 from session_store import SessionStore, layout
 from session_store.codec import decode
 from webapi.errors import error_info
@@ -159,8 +162,11 @@ class SessionStream:
         yield b": stream ends; reconnect with Last-Event-ID\n\n"
 
     def _commit(self, record: CommitRecord) -> bytes:
+        """The commit's previews (no id: a client resuming after this seq may see them
+        again, which a snapshot allows), then the commit itself."""
         self._seq = record.seq
-        return event(COMMIT_EVENT, commit_event(record), record.seq)
+        previews = b"".join(event(PREVIEW_EVENT, view) for view in preview_events(record))
+        return previews + event(COMMIT_EVENT, commit_event(record), record.seq)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -39,6 +39,7 @@ DEFAULT_CANCEL_REASON: Final = "cancelled via the Session API"
 VIEW_EVENT: Final = "view"
 COMMIT_EVENT: Final = "commit"
 ERROR_EVENT: Final = "error"
+PREVIEW_EVENT: Final = "preview"
 
 
 class Health(Frozen):
@@ -264,6 +265,8 @@ class SessionView(Frozen):
     blocked: list[BlockedTask]
     #: the open questions of its waiting tasks, oldest first
     questions: list[QuestionView] = Field(default_factory=list)
+    #: text its running tasks are streaming, as last saved (never an answer)
+    previews: list[PreviewView] = Field(default_factory=list)
     #: the session's default for messages that arrive while its agent runs
     input_policy: InputPolicy = InputPolicy.ENQUEUE
     #: what its model calls used (total and by model), and its budget if one is set
@@ -276,6 +279,25 @@ class SessionView(Frozen):
     outbox: list[OutboxView] = Field(default_factory=list)
     archived: Archived = Archived()
     problems: list[str] = Field(default_factory=list)
+
+
+class PreviewView(Frozen):
+    """Text a running task has streamed so far, as last saved by a deferred commit (the
+    ``data`` of a ``preview`` event, sent before the commit that saved it). A preview is
+    a snapshot: the next one replaces it, one may be lost, and it is never an answer —
+    the task's response entry is. ``removed``: the task's outcome superseded it."""
+
+    preview: Literal[True] = True
+    session_id: str
+    seq: int
+    task_id: str
+    request: str | None = None
+    text: str = ""
+    #: characters streamed (``text`` keeps the first ones when ``truncated``)
+    chars: int = 0
+    truncated: bool = False
+    at: datetime | None = None
+    removed: bool = False
 
 
 class QuestionView(Frozen):

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from brain.model.scripted import Script, scripted_app
-from brain.progress import PROGRESS_DOCUMENT
-from contracts import EntryKind
+from contracts import PROGRESS_DOCUMENT, EntryKind
 from session_api.stream import CommitFeed
 from session_store import open_store
 from session_store.submissions import SessionClient

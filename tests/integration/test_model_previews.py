@@ -5,20 +5,27 @@ is never used as a response."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from rich.console import Console
 
+from bh.session_client import SessionApiClient, StreamItem, merge, with_preview
+from bh.session_commands import render
 from brain.model.scripted import Script, scripted_app
 from brain.model.settings import ModelSettings
-from brain.progress import PROGRESS_DOCUMENT
 from brain.worker import WorkerSettings, run_worker
-from contracts import CommitRecord, EntryKind
+from contracts import PROGRESS_DOCUMENT, CommitRecord, EntryKind
+from session_api.app import create_app
 from session_api.stream import CommitFeed
+from session_api.views import CommitEvent, PreviewView, SessionView
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
+from tests.integration.test_session_api import FAST, TOKEN, RecordingWakes
 from tests.support.http_server import serve
 
 WORDS = 60
@@ -110,6 +117,60 @@ async def test_a_cut_stream_keeps_its_text_as_a_record_never_as_the_response(
     responses = [content["content"] for content in said]
     assert responses == [ANSWER], "the retried call's answer, whole"
     assert handle.state.submissions["r1"].answer == ANSWER
+
+
+async def test_the_event_stream_and_watch_show_previews_before_the_answer(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(f"sqlite:///{tmp_path}/s.db")
+    await SessionClient(store).submit("s1", "r1", "tell me")
+    script = Script.model_validate(
+        {"model": "m", "turns": [{"content": ANSWER, "stream_pause": PAUSE}]}
+    )
+    app = create_app(store=store, wakes=RecordingWakes(), token=SecretStr(TOKEN), streams=FAST)
+    seen: list[StreamItem] = []
+    async with serve(scripted_app(script, token="t")) as model_url, serve(app) as api_url:
+        settings = WorkerSettings(
+            store_url=store.backend.description,
+            session_id="s1",
+            model=ModelSettings(
+                base_url=f"{model_url}/v1", api_key=SecretStr("t"), model="m", stream=True
+            ),
+        )
+        worker = asyncio.ensure_future(run_worker(settings))
+        client = SessionApiClient(api_url, TOKEN)
+        async with client, aclosing(client.follow("s1")) as items:
+            async for item in items:
+                seen.append(item)
+                if isinstance(item, CommitEvent) and any(
+                    s.status.is_final for s in item.submissions
+                ):
+                    break
+        await worker
+    await store.close()
+
+    shown = [item for item in seen if isinstance(item, PreviewView)]
+    texts = [p.text for p in shown if not p.removed]
+    assert len(texts) >= 2 and all(ANSWER.startswith(t) for t in texts), texts
+    assert all(p.preview for p in shown) and shown[-1].removed, "the answer removed it"
+    view = seen[0]
+    assert isinstance(view, SessionView)
+    for item in seen[1:]:
+        if isinstance(item, PreviewView):
+            view = with_preview(view, item)
+            if not item.removed:
+                assert view.previews[0].text == item.text
+                assert "not an answer" in render_text(view)
+        else:
+            assert isinstance(item, CommitEvent)
+            view = merge(view, item)
+    assert view.previews == [] and view.submissions[0].answer == ANSWER
+
+
+def render_text(view: SessionView) -> str:
+    console = Console(width=200, record=True)
+    console.print(render(view))
+    return console.export_text()
 
 
 def test_the_preview_rate_is_a_setting() -> None:
