@@ -142,7 +142,8 @@ async def test_the_event_stream_and_watch_show_previews_before_the_answer(
         async with client, aclosing(client.follow("s1")) as items:
             async for item in items:
                 seen.append(item)
-                if isinstance(item, CommitEvent) and any(
+                final = any(s.status.is_final for s in getattr(item, "submissions", []))
+                if isinstance(item, CommitEvent) and final:
                     s.status.is_final for s in item.submissions
                 ):
                     break
