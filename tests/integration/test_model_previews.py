@@ -144,8 +144,6 @@ async def test_the_event_stream_and_watch_show_previews_before_the_answer(
                 seen.append(item)
                 final = any(s.status.is_final for s in getattr(item, "submissions", []))
                 if isinstance(item, CommitEvent) and final:
-                    s.status.is_final for s in item.submissions
-                ):
                     break
         await worker
     await store.close()
