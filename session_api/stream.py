@@ -56,6 +56,8 @@ class StreamSettings(Frozen):
 
     #: delay before the first poll after news; it doubles while nothing happens ...
     poll: timedelta = timedelta(milliseconds=200)
+    #: ... or this, after a commit that saved a preview: text is streaming, keep up
+    preview_poll: timedelta = timedelta(milliseconds=50)
     #: ... up to this
     idle_poll: timedelta = timedelta(seconds=2)
     #: a comment line after this long without events keeps proxies from closing
@@ -152,7 +154,9 @@ class SessionStream:
             for record in records:
                 yield self._commit(record)
             if records:
-                quiet_since, delay = time.monotonic(), settings.poll.total_seconds()
+                streaming = any(preview_events(record) for record in records)
+                quiet_since = time.monotonic()
+                delay = (settings.preview_poll if streaming else settings.poll).total_seconds()
                 continue
             if time.monotonic() - quiet_since >= settings.heartbeat.total_seconds():
                 yield b": keepalive\n\n"

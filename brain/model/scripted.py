@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -123,6 +124,9 @@ class ScriptedModel:
         self._token = token
         self._failures: dict[int, int] = {}
         self._cuts: dict[int, int] = {}
+        #: each streamed piece of content as it left: (``time.monotonic()``, characters
+        #: of content sent so far), for measuring how long text takes to reach a reader
+        self.streamed: deque[tuple[float, int]] = deque(maxlen=100_000)
 
     def app(self) -> Starlette:
         return Starlette(
@@ -178,7 +182,9 @@ class ScriptedModel:
             self._cuts[index] = cut + 1
             if turn.stream_cut_times is not None and cut >= turn.stream_cut_times:
                 turn = turn.model_copy(update={"stream_cut_after": None})
-            return StreamingResponse(_streamed(completion, turn), media_type="text/event-stream")
+            return StreamingResponse(
+                _streamed(completion, turn, self.streamed), media_type="text/event-stream"
+            )
         return JSONResponse(completion)
 
     async def _models(self, request: Request) -> Response:
@@ -236,15 +242,22 @@ def _completion(
     }
 
 
-async def _streamed(completion: dict[str, Any], turn: Turn) -> AsyncIterator[bytes]:
+async def _streamed(
+    completion: dict[str, Any], turn: Turn, sent: deque[tuple[float, int]]
+) -> AsyncIterator[bytes]:
     """The completion as Server-Sent Events, ``stream_pause`` seconds apart; with
     ``stream_cut_after`` the connection ends after that many chunks, without [DONE]."""
-    for sent, chunk in enumerate(chunks(completion)):
-        if turn.stream_cut_after is not None and sent >= turn.stream_cut_after:
+    chars = 0
+    for number, chunk in enumerate(chunks(completion)):
+        if turn.stream_cut_after is not None and number >= turn.stream_cut_after:
             return
-        if sent and turn.stream_pause:
+        if number and turn.stream_pause:
             await asyncio.sleep(turn.stream_pause)
+        piece = chunk["choices"][0]["delta"].get("content") if chunk.get("choices") else None
         yield event(chunk)
+        if piece:
+            chars += len(piece)
+            sent.append((time.monotonic(), chars))
     yield event(DONE)
 
 
