@@ -33,7 +33,15 @@ class PhaseContext:
         self._progress = progress
         self._handle = handle
         self.services = services
-        self._operations = Operations(services, handle.session_id, task, lease=lease)
+        state = handle.state
+        self._operations = Operations(
+            services,
+            handle.session_id,
+            task,
+            lease=lease,
+            lineage=[o.session_id for o in state.origin.lineage()] if state.origin else (),
+            inherited=lambda op: op in state.intents or op in state.applied_operations,
+        )
 
     @property
     def session_id(self) -> str:

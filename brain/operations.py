@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -129,11 +130,23 @@ class Operations:
     """The operations of one phase run of one task."""
 
     def __init__(
-        self, services: Services, session_id: str, task: Task, *, lease: LeaseProof | None = None
+        self,
+        services: Services,
+        session_id: str,
+        task: Task,
+        *,
+        lease: LeaseProof | None = None,
+        lineage: Sequence[str] = (),
+        inherited: Callable[[str], bool] = lambda operation_id: False,
     ) -> None:
         self._services = services
         self._session_id = session_id
         self._task = task
+        #: the sessions this one was forked from (nearest first), and whether an
+        #: operation id is held by the state this session started from
+        self._lineage = tuple(lineage)
+        self._inherited = inherited
+        self._owners: dict[str, str] = {}
         #: the operation whose call was running when the phase was cancelled, if any
         self.cancelled: Operation | None = None
         # -- lease and deadline proofs (defect 20 of issue 13) --
@@ -163,7 +176,20 @@ class Operations:
     # -- end of the proofs --
 
     def id_for(self, key: str) -> str:
+        """The id of operation ``key``: in a forked session, the id its origin gave the
+        operation when the fork point's state holds it (a pending intent or an applied
+        result: its result is reused); otherwise this session's own (a new operation)."""
+        for source in self._lineage:
+            inherited = operation_id(source, self._task.id, key)
+            if self._inherited(inherited):
+                self._owners[inherited] = source
+                return inherited
         return operation_id(self._session_id, self._task.id, key)
+
+    def _owner(self, op_id: str) -> str:
+        """The session an operation was recorded for: this one, or for an operation
+        inherited by a fork, the session it was forked from."""
+        return self._owners.get(op_id, self._session_id)
 
     async def perform(self, tool: str, args: dict[str, Any], key: str) -> Performed:
         spec = self._services.tools.spec(tool)
@@ -251,7 +277,7 @@ class Operations:
         raise Dispatched(
             Dispatch(
                 operation_id=op_id,
-                session_id=self._session_id,
+                session_id=self._owner(op_id),
                 task_id=self._task.id,
                 tool=spec.name,
                 tool_version=spec.version,
@@ -262,12 +288,13 @@ class Operations:
         )
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
-        differences = record.differences(self._session_id, self._task.id, tool, args)
+        owner = self._owner(record.operation_id)
+        differences = record.differences(owner, self._task.id, tool, args)
         if differences:
             raise OperationMismatch(
                 f"operation {record.operation_id} was recorded with another "
                 f"{', '.join(differences)} than this call ({tool} in task {self._task.id} "
-                f"of session {self._session_id}); its result cannot answer this call",
+                f"of session {owner}); its result cannot answer this call",
                 operation_id=record.operation_id,
                 differs=differences,
             )
@@ -300,7 +327,7 @@ class Operations:
         self._prove_start(op_id, spec)
         operation = Operation(
             operation_id=op_id,
-            session_id=self._session_id,
+            session_id=self._owner(op_id),
             task_id=self._task.id,
             tool=spec.name,
             args=args,
@@ -396,7 +423,7 @@ class Operations:
         await store.put_operation_result(
             OperationResult(
                 operation_id=record.operation_id,
-                session_id=self._session_id,
+                session_id=record.session_id,
                 succeeded=error is None,
                 output=inline,
                 blob=blob,

@@ -4,7 +4,7 @@ This package imports nothing from the other brainhands packages; all of them imp
 """
 
 from contracts.blob import BlobRef
-from contracts.commit import Commit, CommitReceipt, CommitRecord
+from contracts.commit import Commit, CommitReceipt, CommitRecord, Fork, Origin
 from contracts.document import (
     CONTROL_DOCUMENT,
     PROGRESS_DOCUMENT,
@@ -116,6 +116,7 @@ __all__ = [
     "EntryKind",
     "ErrorInfo",
     "FencedError",
+    "Fork",
     "Frozen",
     "Handling",
     "Identifier",
@@ -136,6 +137,7 @@ __all__ = [
     "OperationMismatch",
     "OperationResult",
     "OperationStatus",
+    "Origin",
     "OutboxMessage",
     "Outcome",
     "OutcomeUnknown",

@@ -17,6 +17,34 @@ from contracts.task import Task
 COMMIT_RECORD_VERSION: Final = 1
 
 
+class Fork(Frozen):
+    """The first commit of a session forked from ``session_id`` as it was after commit
+    ``seq``: its history is that one's up to there, referred to, not copied."""
+
+    session_id: Identifier
+    seq: int = Field(ge=1)
+
+
+class Origin(Frozen):
+    """Where a forked session's history comes from: ``session_id`` up to commit ``seq``,
+    whose first ``entries_archived`` entries (and the records it had archived by then)
+    stay in that session's archive; ``origin`` when that session was a fork too."""
+
+    session_id: Identifier
+    seq: int = Field(ge=1)
+    entries_archived: int = Field(default=0, ge=0)
+    origin: Origin | None = None
+
+    def lineage(self) -> list[Origin]:
+        """This origin, then its own origin, and so on."""
+        found: list[Origin] = []
+        at: Origin | None = self
+        while at is not None:
+            found.append(at)
+            at = at.origin
+        return found
+
+
 class Commit(Frozen):
     """One atomic write set. Either every write in it becomes visible, or none does.
 
@@ -35,6 +63,8 @@ class Commit(Frozen):
     applied_operations: tuple[Identifier, ...] = ()
     #: tool calls the Hands may run (with their dispatch messages in ``outbox``)
     intents: tuple[Intent, ...] = ()
+    #: only on commit 1: the session starts as a fork of another (``Fork``)
+    fork: Fork | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -47,6 +77,7 @@ class Commit(Frozen):
             or self.outbox_done
             or self.applied_operations
             or self.intents
+            or self.fork
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -34,6 +35,7 @@ from contracts import (
     CorruptRecord,
     Entry,
     NotFound,
+    Origin,
     ReadOnlyStore,
     RecordError,
     Submission,
@@ -76,18 +78,26 @@ class ArchivedTask(Frozen):
     v: Literal[1] = 1
     type: Literal["archived_task"] = "archived_task"
     task: Task
+    #: the seq of the baseline that archived it (a fork sees it when it is <= its fork
+    #: point; records written before this field existed have None: counted as before)
+    seq: int | None = None
 
 
 class ArchivedSubmission(Frozen):
     v: Literal[1] = 1
     type: Literal["archived_submission"] = "archived_submission"
     submission: Submission
+    seq: int | None = None
 
 
 class AppliedMark(Frozen):
     v: Literal[1] = 1
     type: Literal["applied"] = "applied"
     operation_id: str
+    seq: int | None = None
+
+
+Stamped = TypeVar("Stamped", ArchivedTask, ArchivedSubmission, AppliedMark)
 
 
 @dataclass
@@ -120,26 +130,26 @@ class Archive:
 
     async def settle(self, snapshot: SessionState) -> Settled:
         """Move settled history out of ``snapshot`` (a private copy) into the archive."""
-        sid = snapshot.session_id
+        sid, at = snapshot.session_id, snapshot.seq
         await self._archive_entries(snapshot)
         tasks = settled_tasks(snapshot)
         submissions = [s for s in snapshot.submissions.values() if s.status.is_final]
         applied = sorted(snapshot.applied_operations)
         writes = [
             *(
-                self._keep(layout.archived_tasks_partition(sid), t.id, ArchivedTask(task=t))
+                self._keep(layout.archived_tasks_partition(sid), t.id, ArchivedTask(task=t, seq=at))
                 for t in tasks
             ),
             *(
                 self._keep(
                     layout.archived_submissions_partition(sid),
                     s.request_id,
-                    ArchivedSubmission(submission=s),
+                    ArchivedSubmission(submission=s, seq=at),
                 )
                 for s in submissions
             ),
             *(
-                self._keep(layout.applied_partition(sid), op, AppliedMark(operation_id=op))
+                self._keep(layout.applied_partition(sid), op, AppliedMark(operation_id=op, seq=at))
                 for op in applied
             ),
         ]
@@ -153,33 +163,82 @@ class Archive:
         forget(snapshot, settled)
         return settled
 
-    async def task(self, session_id: str, task_id: str) -> Task | None:
-        found = await self._read(layout.archived_tasks_partition(session_id), task_id, ArchivedTask)
+    async def task(
+        self, session_id: str, task_id: str, origin: Origin | None = None
+    ) -> Task | None:
+        found = await self._lookup(
+            layout.archived_tasks_partition, session_id, task_id, ArchivedTask, origin
+        )
         return None if found is None else found.task
 
-    async def submission(self, session_id: str, request_id: str) -> Submission | None:
-        partition = layout.archived_submissions_partition(session_id)
-        found = await self._read(partition, request_id, ArchivedSubmission)
+    async def submission(
+        self, session_id: str, request_id: str, origin: Origin | None = None
+    ) -> Submission | None:
+        found = await self._lookup(
+            layout.archived_submissions_partition,
+            session_id,
+            request_id,
+            ArchivedSubmission,
+            origin,
+        )
         return None if found is None else found.submission
 
-    async def applied(self, session_id: str, operation_id: str) -> bool:
-        partition = layout.applied_partition(session_id)
-        return await self._read(partition, operation_id, AppliedMark) is not None
+    async def applied(
+        self, session_id: str, operation_id: str, origin: Origin | None = None
+    ) -> bool:
+        found = await self._lookup(
+            layout.applied_partition, session_id, operation_id, AppliedMark, origin
+        )
+        return found is not None
+
+    async def _lookup(
+        self,
+        partition: Callable[[str], str],
+        session_id: str,
+        item: str,
+        model: type[Stamped],
+        origin: Origin | None,
+    ) -> Stamped | None:
+        """The session's own archived record, else the one a session it was forked from
+        had archived by the fork point (a later one is not part of this history)."""
+        found = await self._read(partition(session_id), item, model)
+        for source in [] if origin is None else origin.lineage():
+            if found is not None:
+                break
+            earlier = await self._read(partition(source.session_id), item, model)
+            if earlier is not None and (earlier.seq is None or earlier.seq <= source.seq):
+                found = earlier
+        return found
 
     async def entries(
-        self, session_id: str, start: int, stop: int, *, archived: int
+        self,
+        session_id: str,
+        start: int,
+        stop: int,
+        *,
+        archived: int,
+        origin: Origin | None = None,
     ) -> list[Entry]:
         """Entries ``start`` .. ``stop - 1`` of the first ``archived`` (those a state's
-        baselines moved here; ``stop <= archived``)."""
+        baselines moved here; ``stop <= archived``). A fork's first
+        ``origin.entries_archived`` entries are read from the session it was forked from."""
         found: list[Entry] = []
-        covered = 0
-        for segment in await self._segments(session_id):
+        covered = 0 if origin is None else origin.entries_archived
+        if origin is not None and start < covered:
+            found = await self.entries(
+                origin.session_id,
+                start,
+                min(stop, covered),
+                archived=covered,
+                origin=origin.origin,
+            )
+        for segment in await self._segments(session_id) if stop > covered else []:
             end = segment.first + segment.count
             if covered >= stop or segment.first != covered or end > archived:
                 break  # done, or beyond what this state archived (a crashed writer's)
             covered = end
             if end > start:
-                entries = await self._segment_entries(session_id, segment)
+                entries = await self._segment_entries(session_id, segment, forked=bool(origin))
                 found.extend(entries[max(0, start - segment.first) : stop - segment.first])
         if covered < stop:
             raise CorruptRecord(
@@ -189,11 +248,20 @@ class Archive:
             )
         return found
 
-    async def _segment_entries(self, session_id: str, segment: SegmentRecord) -> tuple[Entry, ...]:
+    async def _segment_entries(
+        self, session_id: str, segment: SegmentRecord, *, forked: bool = False
+    ) -> tuple[Entry, ...]:
         try:
             data = await self._blobs.get(segment.blob)
             return decode(data, SegmentBody, where=f"blob {segment.blob.digest}").entries
         except (NotFound, RecordError) as error:
+            if forked:  # its early entries are in another session's log: no repair here
+                raise CorruptRecord(
+                    f"session {session_id}: segment {segment.first}+{segment.count} is "
+                    f"unreadable ({error.message}) and a fork's segments are not repaired "
+                    "from its log",
+                    session_id=session_id,
+                ) from None
             log.warning(
                 "session %s: segment %d+%d unreadable (%s); reading its entries from the log",
                 session_id,

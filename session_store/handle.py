@@ -111,6 +111,7 @@ class SessionHandle:
                 start,
                 min(stop, state.entries_archived),
                 archived=state.entries_archived,
+                origin=state.origin,
             )
         lo, hi = max(start, state.entries_archived), stop
         if hi > lo:
@@ -123,14 +124,14 @@ class SessionHandle:
         """A task, open or settled (from the archive when it left the state)."""
         found = self._state.tasks.get(task_id)
         if found is None and self._state.has_archive:
-            found = await self._archive.task(self.session_id, task_id)
+            found = await self._archive.task(self.session_id, task_id, self._state.origin)
         return found
 
     async def submission(self, request_id: str) -> Submission | None:
         """A submission, open or settled (from the archive when it left the state)."""
         found = self._state.submissions.get(request_id)
         if found is None and self._state.has_archive:
-            found = await self._archive.submission(self.session_id, request_id)
+            found = await self._archive.submission(self.session_id, request_id, self._state.origin)
         return found
 
     async def is_applied(self, operation_id: str) -> bool:
@@ -138,7 +139,7 @@ class SessionHandle:
         if operation_id in self._state.applied_operations:
             return True
         return self._state.has_archive and await self._archive.applied(
-            self.session_id, operation_id
+            self.session_id, operation_id, self._state.origin
         )
 
     async def write_baseline(self) -> int:

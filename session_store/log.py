@@ -26,6 +26,8 @@ from contracts import (
     ConflictError,
     CorruptRecord,
     FencedError,
+    Fork,
+    InvalidInput,
     InvalidTransition,
     NotFound,
     ReadOnlyStore,
@@ -38,7 +40,7 @@ from session_store.baselines import Baselines, Loaded
 from session_store.codec import decode, encode
 from session_store.index import ActiveIndex
 from session_store.settings import StoreSettings
-from session_store.state import SessionState, active_after, apply, check
+from session_store.state import SessionState, active_after, apply, check, forked
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +96,18 @@ class CommitLog:
                 raise CorruptRecord(
                     f"record at {partition}/{item} claims seq {record.seq}", where=item
                 )
+            if record.commit.fork is not None and state.seq == 0:
+                _become(state, await self._forked(state.session_id, record.commit.fork))
             apply(state, record)
         return len(records)
+
+    async def _forked(self, session_id: str, fork: Fork) -> SessionState:
+        """The state a fork of ``fork.session_id`` at ``fork.seq`` starts from (read
+        from that session's log and baselines: nothing is copied)."""
+        if fork.session_id == session_id:
+            raise InvalidInput(f"session {session_id!r} cannot be forked into itself")
+        origin, _ = await self.load_at(fork.session_id, fork.seq)
+        return forked(origin, session_id, fork)
 
     async def append(
         self,
@@ -122,6 +134,7 @@ class CommitLog:
         check(state, commit, fenced=fence is not None)
         if state.has_archive:
             await self._check_archive(state, commit)
+        adopted = None if commit.fork is None else await self._forked(state.session_id, commit.fork)
         # The parts were validated when they were built; skip validating them again.
         record = CommitRecord.model_construct(
             session_id=state.session_id,
@@ -141,10 +154,12 @@ class CommitLog:
             what=f"commit {record.seq} of session {state.session_id}",
         )
         was_active = state.is_active
-        becomes_active = active_after(state, commit)
+        becomes_active = active_after(state if adopted is None else adopted, commit)
         if becomes_active and not was_active:
             await self._index.mark(state.session_id)
         await self._create(record, data)
+        if adopted is not None:
+            _become(state, adopted)
         apply(state, record)
         if was_active != becomes_active:
             await self._update_index(state.session_id, record.seq, becomes_active)
@@ -176,21 +191,21 @@ class CommitLog:
 
     async def _check_archive(self, state: SessionState, commit: Commit) -> None:
         """The checks of ``state.check`` for records that left the state."""
-        sid = state.session_id
+        sid, origin = state.session_id, state.origin
         for task in commit.tasks:
-            if task.id not in state.tasks and await self._archive.task(sid, task.id):
+            if task.id not in state.tasks and await self._archive.task(sid, task.id, origin):
                 if task.rev == 1:
                     raise AlreadyExists(f"task {task.id!r} already exists (archived)", key=task.id)
                 raise InvalidTransition(f"task {task.id!r} is final and cannot change", key=task.id)
         for sub in commit.submissions:
             key = sub.request_id
-            if key not in state.submissions and await self._archive.submission(sid, key):
+            if key not in state.submissions and await self._archive.submission(sid, key, origin):
                 if sub.rev == 1:
                     raise AlreadyExists(f"submission {key!r} already exists (archived)", key=key)
                 raise InvalidTransition(f"submission {key!r} is final and cannot change", key=key)
         for operation_id in commit.applied_operations:
             if operation_id not in state.applied_operations and await self._archive.applied(
-                sid, operation_id
+                sid, operation_id, origin
             ):
                 raise AlreadyApplied(
                     f"operation {operation_id!r} was already applied to session {sid}; "
@@ -215,6 +230,13 @@ class CommitLog:
                 session_id=record.session_id,
                 seq=record.seq,
             ) from None
+
+
+def _become(state: SessionState, adopted: SessionState) -> None:
+    """Turn ``state`` (the caller's object) into ``adopted``."""
+    for name in SessionState.model_fields:
+        setattr(state, name, getattr(adopted, name))
+    state.model_post_init(None)
 
 
 def _commit_id(data: bytes, where: str) -> str:

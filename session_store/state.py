@@ -29,10 +29,12 @@ from contracts import (
     DocumentWrite,
     Entry,
     EntryKind,
+    Fork,
     Intent,
     InvalidInput,
     InvalidTransition,
     NotFound,
+    Origin,
     OutboxMessage,
     Submission,
     Task,
@@ -76,6 +78,8 @@ class SessionState(BaseModel):
     #: committed tool calls without an applied result, by operation id (the Hands run
     #: only these; the scheduler re-issues them when their dispatch was lost)
     intents: dict[str, Intent] = Field(default_factory=dict)
+    #: a forked session's history before its first commit (``contracts.Origin``)
+    origin: Origin | None = None
 
     # Counts of non-final tasks and submissions, kept by ``apply`` so that activity
     # checks cost O(commit), not O(session).
@@ -115,6 +119,15 @@ class SessionState(BaseModel):
 
 def check(state: SessionState, commit: Commit, *, fenced: bool) -> None:
     """Raise if ``commit`` cannot follow ``state``; never changes ``state``."""
+    if commit.fork is not None:
+        if state.seq != 0:
+            raise AlreadyExists(
+                f"session {state.session_id!r} already has {state.seq} commits: a fork "
+                "creates a new session",
+                key=state.session_id,
+            )
+        if commit.model_copy(update={"fork": None}) != Commit():
+            raise InvalidInput("a fork commit carries nothing but the fork")
     if not fenced:
         check_ingress(commit)
     _check_entries(commit)
@@ -124,6 +137,25 @@ def check(state: SessionState, commit: Commit, *, fenced: bool) -> None:
     _check_outbox(state, commit)
     _check_applied(state, commit)
     _check_intents(state, commit)
+
+
+def forked(origin: SessionState, session_id: str, fork: Fork) -> SessionState:
+    """The state a session forked from ``origin`` (as it was after ``fork.seq``) starts
+    from, before its fork commit: the origin's open work, recent window and documents;
+    none of its lease (fence, holder) and none of its unsent messages (the origin's
+    relay sends those; the reconciler re-issues what the fork's own intents need)."""
+    adopted = origin.model_copy(deep=True)
+    adopted.session_id = session_id
+    adopted.seq, adopted.fence, adopted.holder = 0, 0, None
+    adopted.outbox = {}
+    adopted.origin = Origin(
+        session_id=fork.session_id,
+        seq=fork.seq,
+        entries_archived=origin.entries_archived,
+        origin=origin.origin,
+    )
+    adopted.model_post_init(None)
+    return adopted
 
 
 def apply(state: SessionState, record: CommitRecord) -> None:

@@ -12,7 +12,11 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from contracts import (
     INLINE_RESULT_BYTES,
+    AlreadyExists,
     BlobRef,
+    Commit,
+    ConflictError,
+    Fork,
     Identifier,
     Intent,
     InvalidInput,
@@ -106,6 +110,22 @@ class SessionStore:
         behind = replayed >= self.settings.baseline_every or loaded.problems
         if behind and not self.read_only:
             handle.schedule_baseline()
+        return handle
+
+    async def fork(self, session_id: str, *, at: int, into: str) -> SessionHandle:
+        """Start session ``into`` as ``session_id`` was right after commit ``at``: one
+        commit (``Commit.fork``) that refers to that history instead of copying it. The
+        fork has its open work, recent window and documents; operations committed
+        before ``at`` keep their ids (their results are reused), any new one gets an id
+        of the fork's. ``session_id`` is only read. ``AlreadyExists`` when ``into`` has
+        commits; ``NotFound`` past ``session_id``'s head."""
+        _check_identifier(into, "session id")
+        handle = await self.session(into)
+        try:
+            await handle.commit(Commit(fork=Fork(session_id=session_id, seq=at)), fence=None)
+        except ConflictError:
+            raise AlreadyExists(f"session {into!r} already exists", key=into) from None
+        handle.schedule_baseline()  # its loads then stop reading the origin's log
         return handle
 
     async def session_at(self, session_id: str, seq: int) -> SessionHandle:
