@@ -56,7 +56,7 @@ app.add_typer(store_commands.app, name="store")
 app.add_typer(images_commands.app, name="images")
 app.add_typer(ops_commands.app, name="ops")
 app.add_typer(tools_commands.app, name="tools")
-app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel
+app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel | fork
 app.command(name="demo")(demo.demo)
 app.command(name="up")(system.up)
 app.command(name="init")(init_command.init)  # a deployment's one-shot init job

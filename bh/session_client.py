@@ -42,6 +42,8 @@ from session_api.views import (
     CancelRequest,
     CommitEvent,
     EntryView,
+    ForkRequest,
+    ForkView,
     Inbox,
     InputPolicyRequest,
     OutboxView,
@@ -162,6 +164,14 @@ class SessionApiClient(ApiClient):
             "POST", f"/v1/sessions/{session_id}/cancel", json=body.model_dump(exclude_none=True)
         )
         return self._parse(CancelAccepted, response)
+
+    async def fork(self, session_id: str, *, at: int, into: str) -> ForkView:
+        """Start session ``into`` as ``session_id`` was right after commit ``at``."""
+        body = ForkRequest(at=at, into=into)
+        response = await self._request(
+            "POST", f"/v1/sessions/{session_id}/fork", json=body.model_dump()
+        )
+        return self._parse(ForkView, response)
 
     async def events(
         self,

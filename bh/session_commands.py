@@ -312,6 +312,34 @@ def show(
 
 
 @app.command()
+def fork(
+    session_id: SessionArg,
+    at: Annotated[int, typer.Option(min=1, help="The commit (seq) to fork after.")],
+    into: Annotated[str, typer.Option(help="The new session's id.")],
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+    as_json: Json = False,
+) -> None:
+    """Start a new session as this one was right after commit --at (its history is
+    referred to, not copied; this session is untouched). The fork goes on as it was;
+    submit to it to give it a new message. External actions that already happened are
+    not undone."""
+    forked = run_client(
+        SessionApiClient, api_url, token, lambda api: api.fork(session_id, at=at, into=into)
+    )
+    if as_json:
+        print_json(forked)
+        return
+    state = "active: a Brain takes it from here" if forked.active else "idle"
+    console.print(
+        f"forked {forked.origin} at commit {forked.at} into {forked.session_id} "
+        f"(seq {forked.seq}, {state})",
+        highlight=False,
+    )
+    console.print(Text(f"note: {forked.note}", style="yellow"))
+
+
+@app.command()
 def watch(
     session_id: SessionArg,
     until_done: Annotated[

@@ -18,7 +18,14 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 
-from contracts import BrainhandsError, Identifier, InvalidInput, NotFound, Submission
+from contracts import (
+    AlreadyExists,
+    BrainhandsError,
+    Identifier,
+    InvalidInput,
+    NotFound,
+    Submission,
+)
 from contracts.errors import ErrorBody
 from session_api.context import ApiContext
 from session_api.describe import control_body, session_summary, session_view, submission_view
@@ -28,6 +35,8 @@ from session_api.views import (
     BudgetRequest,
     CancelAccepted,
     CancelRequest,
+    ForkRequest,
+    ForkView,
     InputPolicyRequest,
     SessionList,
     SessionSummary,
@@ -35,7 +44,7 @@ from session_api.views import (
     SubmissionView,
     SubmitRequest,
 )
-from session_store import SessionStore
+from session_store import SessionHandle, SessionStore
 from session_store.intake import check_ids, read_work
 from webapi.auth import Access, Grant
 from webapi.scopes import check_session, needs
@@ -202,6 +211,38 @@ def sessions_router(context: ApiContext) -> APIRouter:
             response.status_code = 200
         return accepted
 
+    @router.post(
+        "/{session_id}/fork",
+        status_code=201,
+        responses={
+            200: {"model": ForkView, "description": "Forked before, the same way: that fork"},
+            409: {"model": ErrorBody, "description": "`into` is another session already"},
+            **_ERRORS,
+        },
+    )
+    async def fork(
+        session_id: SessionId, body: ForkRequest, response: Response, grant: Operator
+    ) -> ForkView:
+        """Start session ``into`` as this one was right after commit ``at``, referring to
+        its history (nothing copied; this session is only read): 201 with the fork, 200
+        when ``into`` is already this very fork (a retry), 409 when ``into`` exists
+        otherwise, 404 when ``at`` is past this session's head. External actions that
+        already happened are not undone."""
+        check_session(grant, session_id)
+        check_session(grant, body.into)
+        handle, created = await _fork(context.store, session_id, body)
+        if not created:
+            response.status_code = 200
+        if handle.state.is_active:
+            await context.wake(body.into, "fork")
+        return ForkView(
+            session_id=body.into,
+            origin=session_id,
+            at=body.at,
+            seq=handle.seq,
+            active=handle.state.is_active,
+        )
+
     @router.get("/{session_id}/events", response_class=StreamingResponse, responses=_STREAM)
     async def events(
         session_id: SessionId,
@@ -254,6 +295,20 @@ async def _submit(
         # A repeat wakes too: the client may be retrying after a crash that lost the wake.
         await context.wake(session_id, "submission")
     return submission, created
+
+
+async def _fork(
+    store: SessionStore, session_id: str, body: ForkRequest
+) -> tuple[SessionHandle, bool]:
+    """The fork, and whether this request made it (a retry finds its own)."""
+    try:
+        return await store.fork(session_id, at=body.at, into=body.into), True
+    except AlreadyExists:
+        existing = await store.session(body.into)
+        origin = existing.state.origin
+        if origin is None or (origin.session_id, origin.seq) != (session_id, body.at):
+            raise
+        return existing, False
 
 
 async def _cancel(

@@ -71,6 +71,31 @@ class CancelRequest(Frozen):
     reason: str = Field(default=DEFAULT_CANCEL_REASON, min_length=1, max_length=1000)
 
 
+class ForkRequest(Frozen):
+    """Start session ``into`` as this session was right after commit ``at``."""
+
+    at: int = Field(ge=1)
+    into: str = Field(max_length=1000)
+
+
+#: said with every fork: a fork replays nothing that happened outside the store
+FORK_NOTE: Final = (
+    "external actions that already happened are not undone: operations committed before "
+    "the fork point keep their results in the fork; any new operation runs anew"
+)
+
+
+class ForkView(Frozen):
+    """A fork: session ``session_id`` (at ``seq``) starts as ``origin`` was after ``at``."""
+
+    session_id: str
+    origin: str
+    at: int
+    seq: int
+    active: bool
+    note: str = FORK_NOTE
+
+
 class AnswerRequest(Frozen):
     """An answer to the open question ``question_id`` of a waiting task, accepted once
     per ``request_id``. ``value`` must fit the question (a string; one of its choices;

@@ -874,3 +874,44 @@ async def _report_blocked(api: Api, task_id: str, reason: str) -> None:
     handle = await api.k.store.session("s1")
     patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={"blocked": {task_id: reason}}, create=True)
     await handle.commit(Commit(documents=(patch,)), fence=None)
+
+
+async def test_a_session_is_forked_through_the_api_and_the_cli(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "parent"}})
+    await api.k.run("s1")
+    head = (await api.k.store.session("s1")).seq
+    fork = {"at": head - 1, "into": "s2"}
+    made = await api.http.post("/v1/sessions/s1/fork", json=fork)
+    assert made.status_code == 201, made.text
+    body = made.json()
+    assert (body["session_id"], body["origin"], body["at"], body["seq"]) == (
+        "s2",
+        "s1",
+        head - 1,
+        1,
+    )
+    assert "not undone" in body["note"]
+    again = await api.http.post("/v1/sessions/s1/fork", json=fork)
+    assert again.status_code == 200, "a retry finds its own fork"
+    other = await api.http.post("/v1/sessions/s1/fork", json={"at": 1, "into": "s2"})
+    assert other.status_code == 409 and other.json()["error"]["code"] == "already_exists"
+    past = await api.http.post("/v1/sessions/s1/fork", json={"at": head + 1, "into": "s3"})
+    assert past.status_code == 404
+    bad = await api.http.post("/v1/sessions/s1/fork", json={"at": 1, "into": "no spaces"})
+    assert bad.status_code in (400, 422)
+    async with httpx.AsyncClient(base_url=api.url) as stranger:
+        anonymous = await stranger.post("/v1/sessions/s1/fork", json={"at": 1, "into": "s4"})
+    assert anonymous.status_code == 401
+    await api.k.run("s2")
+    assert (await api.k.store.session("s2")).state.submissions["r1"].status.value == "answered"
+
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    said = await asyncio.to_thread(
+        CliRunner().invoke,
+        session_commands.app,
+        ["fork", "s1", "--at", "1", "--into", "s5"],
+        env=env,
+    )
+    assert said.exit_code == 0, said.output
+    assert "forked s1 at commit 1 into s5" in said.output and "not undone" in said.output
+    assert (await api.k.store.session("s1")).seq == head, "the original is untouched"
