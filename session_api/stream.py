@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -56,8 +57,10 @@ class StreamSettings(Frozen):
 
     #: delay before the first poll after news; it doubles while nothing happens ...
     poll: timedelta = timedelta(milliseconds=200)
-    #: ... or this, after a commit that saved a preview: text is streaming, keep up
+    #: ... or this, without doubling, for ``preview_hold`` after a commit that saved a
+    #: preview: text is streaming, keep up with it
     preview_poll: timedelta = timedelta(milliseconds=50)
+    preview_hold: timedelta = timedelta(seconds=1)
     #: ... up to this
     idle_poll: timedelta = timedelta(seconds=2)
     #: a comment line after this long without events keeps proxies from closing
@@ -141,6 +144,7 @@ class SessionStream:
         self._opening = []
         deadline = time.monotonic() + settings.max_duration.total_seconds()
         quiet_since = time.monotonic()
+        previewed_at = -math.inf
         delay = settings.poll.total_seconds()
         while time.monotonic() < deadline and not self._stopping.is_set():
             if await self._gone():
@@ -154,13 +158,16 @@ class SessionStream:
             for record in records:
                 yield self._commit(record)
             if records:
-                streaming = any(preview_events(record) for record in records)
                 quiet_since = time.monotonic()
-                delay = (settings.preview_poll if streaming else settings.poll).total_seconds()
+                if any(preview_events(record) for record in records):
+                    previewed_at = quiet_since
+                delay = settings.poll.total_seconds()
                 continue
             if time.monotonic() - quiet_since >= settings.heartbeat.total_seconds():
                 yield b": keepalive\n\n"
                 quiet_since = time.monotonic()
+            if time.monotonic() - previewed_at < settings.preview_hold.total_seconds():
+                delay = settings.preview_poll.total_seconds()  # text is streaming
             await self._pause(delay)
             delay = min(delay * 2, settings.idle_poll.total_seconds())
         yield b": stream ends; reconnect with Last-Event-ID\n\n"
