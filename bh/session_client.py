@@ -317,17 +317,17 @@ def merge(view: SessionView, commit: CommitEvent, *, keep_entries: int = 20) -> 
 
 
 def with_preview(view: SessionView, preview: PreviewView) -> SessionView:
-    """``view`` showing ``preview`` (a snapshot replacing the task's older one; a
-    removal drops it)."""
-    kept = {p.task_id: p for p in view.previews}
-    held = kept.get(preview.task_id)
+    """``view`` showing ``preview`` (a snapshot replacing the older one of its task's
+    text or its operation's log; a removal drops it)."""
+    kept = {p.key: p for p in view.previews}
+    held = kept.get(preview.key)
     if held is not None and held.seq > preview.seq:
         return view
     if preview.removed:
-        kept.pop(preview.task_id, None)
+        kept.pop(preview.key, None)
     else:
-        kept[preview.task_id] = preview
-    return view.model_copy(update={"previews": sorted(kept.values(), key=lambda p: p.task_id)})
+        kept[preview.key] = preview
+    return view.model_copy(update={"previews": sorted(kept.values(), key=lambda p: p.key)})
 
 
 def _questions(tasks: Iterable[TaskView]) -> list[QuestionView]:

@@ -472,7 +472,11 @@ PREVIEW_TAIL = 400
 def preview_text(preview: PreviewView) -> Text:
     """A running task's streamed text, marked as a preview (not an answer)."""
     cut = ", cut" if preview.truncated else ""
-    text = Text(f"preview of {preview.task_id} ({preview.chars} chars{cut}, not an answer): ")
+    if preview.kind == "tool_output":
+        what = f"log of {preview.operation_id} ({preview.chars} bytes{cut}, so far)"
+    else:
+        what = f"preview of {preview.task_id} ({preview.chars} chars{cut}, not an answer)"
+    text = Text(f"{what}: ")
     text.stylize("bold yellow")
     shown = preview.text[-PREVIEW_TAIL:]
     text.append(("…" if len(preview.text) > len(shown) else "") + shown, style="italic dim")

@@ -54,6 +54,7 @@ from contracts.operation import (
     Operation,
     OperationResult,
     OperationStatus,
+    OutputPreview,
     ReplayPolicy,
 )
 from contracts.outbox import OutboxMessage
@@ -141,6 +142,7 @@ __all__ = [
     "OutboxMessage",
     "Outcome",
     "OutcomeUnknown",
+    "OutputPreview",
     "Parked",
     "PayloadTooLarge",
     "PendingCall",

@@ -109,6 +109,24 @@ class Operation(Frozen):
         ]
 
 
+class OutputPreview(Frozen):
+    """What a running operation has written to its log so far, as its executor last
+    saved it (at most once a second): the last ``text`` of it and how many bytes in
+    all. A preview may be lost or late and is never a result; the result is written
+    once, when the run ends."""
+
+    v: Literal[1] = OPERATION_RECORD_VERSION
+    type: Literal["output_preview"] = "output_preview"
+    operation_id: Identifier
+    session_id: Identifier
+    #: the end of the run's stderr (its log; stdout carries only the result document)
+    text: str = ""
+    #: bytes written in all (``text`` keeps the last ones)
+    bytes: int = Field(default=0, ge=0)
+    running: bool = True
+    at: AwareDatetime = Field(default_factory=utcnow)
+
+
 class OperationResult(Frozen):
     """The write-once outcome of an operation, in the session the operation belongs to.
 

@@ -66,6 +66,7 @@ from contracts.tool import (
     ToolDefinition,
 )
 from hands.metrics import HandsMetrics
+from hands.previews import OutputWriter
 from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, Sandbox, container_name
 from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write_cancelled
 from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
@@ -459,8 +460,10 @@ class Executor:
             if mode is DispatchMode.RUN
             else None
         )
+        previews = OutputWriter(self.store, record) if mode is DispatchMode.RUN else None
+        saving = asyncio.create_task(previews.run()) if previews is not None else None
         try:
-            return await self.sandbox.run(spec)
+            return await self.sandbox.run(spec, log=previews.log if previews else None)
         except NotFound as error:  # e.g. the pinned image was removed from this host
             return RunOutcome(
                 termination=Termination.SANDBOX_ERROR,
@@ -476,6 +479,9 @@ class Executor:
         finally:
             if watch is not None:
                 await cancel_and_wait(watch)
+            if saving is not None and previews is not None:
+                await cancel_and_wait(saving)
+                await previews.finish()
 
     async def _watch_cancel(self, operation_id: str) -> None:
         """While a run is in flight here, stop it once the store records a cancellation

@@ -25,6 +25,7 @@ from contracts import (
     Entry,
     Operation,
     OperationResult,
+    OutputPreview,
     Submission,
     Task,
 )
@@ -82,7 +83,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         entry_count=state.entry_count,
         blocked=blocked,
         questions=open_questions(state),
-        previews=previews_of(state),
+        previews=[*previews_of(state), *await output_previews(store, state)],
         cancel_requests=_strings(control.get("cancel_requests")),
         cancel_tasks=_strings(control.get("cancel_tasks")),
         decisions=_decisions(control.get(DECISIONS)),
@@ -154,6 +155,32 @@ def previews_of(state: SessionState) -> list[PreviewView]:
         for task_id, member in sorted(members.items())
         if isinstance(member, dict)
     ]
+
+
+async def output_previews(store: SessionStore, state: SessionState) -> list[PreviewView]:
+    """The saved logs of the session's running operations (its open intents)."""
+    found = await asyncio.gather(*(store.get_output_preview(op) for op in state.intents))
+    return [
+        output_view(state.session_id, state.seq, state.intents[p.operation_id].task_id, p)
+        for p in found
+        if p is not None
+    ]
+
+
+def output_view(
+    session_id: str, seq: int, task_id: str | None, preview: OutputPreview
+) -> PreviewView:
+    return PreviewView(
+        kind="tool_output",
+        session_id=session_id,
+        seq=seq,
+        task_id=task_id or "",
+        operation_id=preview.operation_id,
+        text=preview.text,
+        chars=preview.bytes,
+        truncated=preview.bytes > len(preview.text.encode()),
+        at=preview.at,
+    )
 
 
 def preview_events(record: CommitRecord) -> list[PreviewView]:

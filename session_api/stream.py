@@ -37,14 +37,14 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo
+from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo, OutputPreview
 from contracts.model import Frozen
-from session_api.describe import commit_event, preview_events, session_view
-from session_api.views import COMMIT_EVENT, ERROR_EVENT, PREVIEW_EVENT, VIEW_EVENT
+from session_api.describe import commit_event, output_view, preview_events, session_view
+from session_api.views import COMMIT_EVENT, ERROR_EVENT, PREVIEW_EVENT, VIEW_EVENT, PreviewView
 from session_store import SessionStore, layout
 from session_store.codec import decode
 from webapi.errors import error_info
@@ -61,6 +61,9 @@ class StreamSettings(Frozen):
     #: preview: text is streaming, keep up with it
     preview_poll: timedelta = timedelta(milliseconds=50)
     preview_hold: timedelta = timedelta(seconds=1)
+    #: while operations run, their saved logs are read this often (and polls wait no
+    #: longer than this)
+    output_poll: timedelta = timedelta(seconds=1)
     #: ... up to this
     idle_poll: timedelta = timedelta(seconds=2)
     #: a comment line after this long without events keeps proxies from closing
@@ -121,10 +124,16 @@ class SessionStream:
         self._feed = CommitFeed(store, session_id)
         self._opening: list[bytes] = []
         self._seq = 0
+        #: the session's running operations (open intents) and their tasks
+        self._running: dict[str, str] = {}
+        #: when each one's log preview that was last sent was saved
+        self._shown: dict[str, datetime] = {}
+        self._outputs_read = -math.inf
 
     async def open(self, last_event_id: int | None) -> None:
         """Resume after ``last_event_id`` when the log can; else start with a view."""
         handle = await self._store.session(self._session_id)
+        self._running = {op: i.task_id or "" for op, i in handle.state.intents.items()}
         if last_event_id is not None and last_event_id <= handle.seq:
             limit = self._settings.catch_up
             missed = await self._feed.after(last_event_id, limit=limit + 1)
@@ -157,6 +166,8 @@ class SessionStream:
                 return
             for record in records:
                 yield self._commit(record)
+            async for chunk in self._outputs():
+                yield chunk
             if records:
                 quiet_since = time.monotonic()
                 if any(preview_events(record) for record in records):
@@ -168,6 +179,8 @@ class SessionStream:
                 quiet_since = time.monotonic()
             if time.monotonic() - previewed_at < settings.preview_hold.total_seconds():
                 delay = settings.preview_poll.total_seconds()  # text is streaming
+            if self._running:
+                delay = min(delay, settings.output_poll.total_seconds())
             await self._pause(delay)
             delay = min(delay * 2, settings.idle_poll.total_seconds())
         yield b": stream ends; reconnect with Last-Event-ID\n\n"
@@ -176,8 +189,44 @@ class SessionStream:
         """The commit's previews (no id: a client resuming after this seq may see them
         again, which a snapshot allows), then the commit itself."""
         self._seq = record.seq
-        previews = b"".join(event(PREVIEW_EVENT, view) for view in preview_events(record))
-        return previews + event(COMMIT_EVENT, commit_event(record), record.seq)
+        previews = [*preview_events(record)]
+        for intent in record.commit.intents:
+            self._running[intent.operation_id] = intent.task_id or ""
+        for op in record.commit.applied_operations:
+            task_id = self._running.pop(op, None)
+            if self._shown.pop(op, None) is not None:  # its result superseded its log
+                previews.append(
+                    PreviewView(
+                        kind="tool_output",
+                        session_id=record.session_id,
+                        seq=record.seq,
+                        task_id=task_id or "",
+                        operation_id=op,
+                        removed=True,
+                    )
+                )
+        chunks = b"".join(event(PREVIEW_EVENT, view) for view in previews)
+        return chunks + event(COMMIT_EVENT, commit_event(record), record.seq)
+
+    async def _outputs(self) -> AsyncIterator[bytes]:
+        """The saved logs of running operations that changed since last sent (read at
+        most once per ``output_poll``)."""
+        now = time.monotonic()
+        if (
+            not self._running
+            or now - self._outputs_read < self._settings.output_poll.total_seconds()
+        ):
+            return
+        self._outputs_read = now
+        running = list(self._running.items())
+        found = await asyncio.gather(
+            *(self._store.get_output_preview(op) for op, _ in running), return_exceptions=True
+        )
+        for (op, task_id), preview in zip(running, found, strict=True):
+            if not isinstance(preview, OutputPreview) or self._shown.get(op) == preview.at:
+                continue  # none yet, unreadable (skipped: previews may be lost), or seen
+            self._shown[op] = preview.at
+            yield event(PREVIEW_EVENT, output_view(self._session_id, self._seq, task_id, preview))
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

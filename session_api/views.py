@@ -310,12 +310,18 @@ class PreviewView(Frozen):
     """Text a running task has streamed so far, as last saved by a deferred commit (the
     ``data`` of a ``preview`` event, sent before the commit that saved it). A preview is
     a snapshot: the next one replaces it, one may be lost, and it is never an answer —
-    the task's response entry is. ``removed``: the task's outcome superseded it."""
+    the task's response entry is. ``removed``: the task's outcome superseded it. A
+    ``tool_output`` preview is the end of a running operation's log (``chars``: bytes
+    written in all), read from its executor's saved preview; it has no commit of its
+    own (``seq`` is the stream's position) and is removed once the result is applied."""
 
     preview: Literal[True] = True
+    #: ``text``: a model's streamed answer; ``tool_output``: a running operation's log
+    kind: Literal["text", "tool_output"] = "text"
     session_id: str
     seq: int
     task_id: str
+    operation_id: str | None = None
     request: str | None = None
     text: str = ""
     #: characters streamed (``text`` keeps the first ones when ``truncated``)
@@ -323,6 +329,11 @@ class PreviewView(Frozen):
     truncated: bool = False
     at: datetime | None = None
     removed: bool = False
+
+    @property
+    def key(self) -> str:
+        """What a newer preview replaces: the operation's, else the task's text."""
+        return self.operation_id or self.task_id
 
 
 class QuestionView(Frozen):

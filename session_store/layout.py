@@ -15,6 +15,7 @@ partition                               item                        value
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
+``op/<operation id>/preview``           ``preview``                 OutputPreview (JSON)
 ``catalog/tools``                       ``<name>@<version, 6 dig>`` ToolDefinition (JSON)
 ``catalog/revisions/<name>@<version>``  rev, 10 digits              ToolRevision (JSON)
 ======================================  ==========================  =====================
@@ -104,6 +105,14 @@ def result_partition(operation_id: str) -> str:
 
 
 RESULT_ITEM = "result"
+
+
+def preview_partition(operation_id: str) -> str:
+    return f"op/{operation_id}/preview"
+
+
+#: the one item of a preview partition, overwritten (previews may be lost)
+PREVIEW_ITEM = "preview"
 
 
 TOOLS_PARTITION = "catalog/tools"

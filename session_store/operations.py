@@ -23,6 +23,7 @@ from contracts import (
     OperationMismatch,
     OperationResult,
     OperationStatus,
+    OutputPreview,
     ReadOnlyStore,
     Refused,
     utcnow,
@@ -183,6 +184,20 @@ class OperationLog:
         if data is None:
             return None
         return decode(data, OperationResult, where=f"{partition}/{layout.RESULT_ITEM}")
+
+    async def put_preview(self, preview: OutputPreview) -> None:
+        """Save a running operation's output preview over the last one (not create-once:
+        a preview is a snapshot and may be lost; the result is the truth)."""
+        self._writable()
+        data = encode(preview, limit=self._limit, what="output preview")
+        partition = layout.preview_partition(preview.operation_id)
+        await self._backend.put(partition, layout.PREVIEW_ITEM, data)
+
+    async def preview(self, operation_id: str) -> OutputPreview | None:
+        partition = layout.preview_partition(operation_id)
+        data = await self._backend.get(partition, layout.PREVIEW_ITEM)
+        where = f"{partition}/{layout.PREVIEW_ITEM}"
+        return None if data is None else decode(data, OutputPreview, where=where)
 
     async def list_for_session(self, session_id: str) -> list[Operation]:
         ids = await self._backend.keys(layout.session_operations_partition(session_id))

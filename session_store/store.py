@@ -23,6 +23,7 @@ from contracts import (
     Operation,
     OperationResult,
     OperationStatus,
+    OutputPreview,
 )
 from session_store.archive import Archive
 from session_store.backend import Backend
@@ -213,6 +214,12 @@ class SessionStore:
 
     async def get_operation_result(self, operation_id: str) -> OperationResult | None:
         return await self.operations.result(operation_id)
+
+    async def put_output_preview(self, preview: OutputPreview) -> None:
+        await self.operations.put_preview(preview)
+
+    async def get_output_preview(self, operation_id: str) -> OutputPreview | None:
+        return await self.operations.preview(operation_id)
 
     async def list_operations(self, session_id: str) -> list[Operation]:
         return await self.operations.list_for_session(session_id)

@@ -17,12 +17,15 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, JsonValue
 
 from contracts.model import Frozen
 from contracts.tool import DispatchMode, Termination, ToolDefinition
+
+if TYPE_CHECKING:
+    from hands.sandbox.output import Capture
 
 #: Container label keys (all under ``io.brainhands.``).
 LABEL_OPERATION = "io.brainhands.operation"
@@ -130,9 +133,10 @@ class Sandbox(Protocol):
         """Raise when runs cannot be started now (the engine does not answer)."""
         ...
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
+    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
         """Start the run, or reconnect to the one already named for this operation, and
-        wait for it to end; the container stays until ``remove``."""
+        wait for it to end; the container stays until ``remove``. ``log``, when given,
+        is fed the run's stderr as it is written (for previews; a sandbox may not)."""
         ...
 
     async def state(

@@ -121,11 +121,12 @@ class DockerSandboxConfig:
 
 
 class _Follower:
-    """Follows a container's stdout log in a thread of its own until the container
-    stops, the capture is full, or ``cancel`` (which leaves the container alone)."""
+    """Follows a container's stdout (or, with ``err``, stderr) log in a thread of its
+    own until the container stops, the capture is full, or ``cancel`` (which leaves the
+    container alone)."""
 
-    def __init__(self, api: Any, container_id: str, capture: Capture) -> None:
-        self._api, self._id, self._capture = api, container_id, capture
+    def __init__(self, api: Any, container_id: str, capture: Capture, *, err: bool = False) -> None:
+        self._api, self._id, self._capture, self._err = api, container_id, capture, err
         self._lock = threading.Lock()
         self._stream: Any = None
         self._cancelled = self._cancelled_by_caller = False
@@ -138,7 +139,9 @@ class _Follower:
     def _run(self) -> None:
         error: BaseException | None = None
         try:
-            stream = self._api.logs(self._id, stdout=True, stderr=False, stream=True, follow=True)
+            stream = self._api.logs(
+                self._id, stdout=not self._err, stderr=self._err, stream=True, follow=True
+            )
             with self._lock:
                 self._stream = stream
                 if self._cancelled:
@@ -220,7 +223,8 @@ class DockerSandbox:
 
     # -- run -------------------------------------------------------------------------------
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
+    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+        """``log``: the run's stderr is fed to it while the run lasts (previews)."""
         arguments = _arguments(spec)
         name = self._name(spec.operation_id, spec.mode)
         if self._cpus is None:
@@ -243,7 +247,7 @@ class DockerSandbox:
         if refusal is not None:
             return refusal
         try:
-            return await self._follow(spec, found, reconnected)
+            return await self._follow(spec, found, reconnected, log)
         except NotFound:
             return _gone(name, reconnected)
         except ConflictError:
@@ -253,7 +257,7 @@ class DockerSandbox:
             raise
 
     async def _follow(
-        self, spec: RunSpec, container: dict[str, Any], reconnected: bool
+        self, spec: RunSpec, container: dict[str, Any], reconnected: bool, log: Capture | None
     ) -> RunOutcome:
         """Start a container that never ran, wait for a running one, collect it."""
         if _started(container) is None:
@@ -262,7 +266,8 @@ class DockerSandbox:
             except (InvalidInput, StoreUnavailable) as error:
                 return _refused(container["Name"], "the engine refused to start it", error)
             container = await self._inspect_id(container["Id"])
-        watch = await self._watch(spec, container) if container["State"].get("Running") else None
+        running = container["State"].get("Running")
+        watch = await self._watch(spec, container, log) if running else None
         final = await self._inspect_id(container["Id"])
         return await self._outcome(spec, final, watch, reconnected)
 
@@ -400,11 +405,14 @@ class DockerSandbox:
 
     # -- waiting ---------------------------------------------------------------------------
 
-    async def _watch(self, spec: RunSpec, container: dict[str, Any]) -> _Watch:
+    async def _watch(
+        self, spec: RunSpec, container: dict[str, Any], log: Capture | None = None
+    ) -> _Watch:
         """Follow a running container to its end, enforcing the output cap and the
-        wall-clock timeout counted from its own start."""
+        wall-clock timeout counted from its own start; its stderr goes to ``log``."""
         watch = _Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
         follower = _Follower(self._api, container["Id"], watch.capture)
+        logs = None if log is None else _Follower(self._api, container["Id"], log, err=True)
         started = _started(container) or datetime.now(UTC)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
         try:
@@ -416,6 +424,8 @@ class DockerSandbox:
         finally:
             if not follower.done.done():
                 follower.cancel(by_caller=True)
+            if logs is not None:
+                logs.cancel(by_caller=True)
         watch.over_limit = watch.capture.over
         if watch.over_limit:
             with contextlib.suppress(ConflictError, NotFound):

@@ -34,6 +34,7 @@ from hands.sandbox import (
     RunState,
     container_name,
 )
+from hands.sandbox.output import Capture
 
 _POLL = 0.05
 _TAIL = 8 * 1024
@@ -61,7 +62,8 @@ class ProcessSandbox:
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise OSError(f"the process sandbox's run directory {self.root} is not writable")
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
+    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+        """``log`` is not fed: this local sandbox collects stderr at the end only."""
         name = container_name(spec.operation_id, spec.mode)
         where = self.root / name
         reconnected = where.exists()

@@ -20,6 +20,7 @@ from hands.images import BASE_IMAGE, tool_tag
 from hands.registry import register_image
 from hands.sandbox import RunOutcome, RunSpec, RunState
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
+from hands.sandbox.output import Capture
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
 from tests.support.images import tool_images
@@ -255,9 +256,9 @@ async def test_two_hands_of_one_deployment_never_start_one_operation_twice(
     await assert_eventually(lambda: _running(sandbox, op), within=30)
 
     class SameEngine(DockerSandbox):
-        async def run(self, spec: RunSpec) -> RunOutcome:
+        async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
             await first  # the first Hands finishes before this one looks again
-            return await super().run(spec)
+            return await super().run(spec, log=log)
 
     async with SameEngine(sandbox.config) as other:
         by_second = await executor(store, other, [], "hands-b").handle(d)

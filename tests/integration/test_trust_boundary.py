@@ -20,6 +20,7 @@ from contracts import StoreUnavailable
 from contracts.tool import Cancellation, Dispatch, DispatchMode
 from hands.executor import Executor
 from hands.sandbox import RunOutcome, RunSpec
+from hands.sandbox.output import Capture
 from hands.sandbox.process import ProcessSandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from runtime.cancellation import cancel_and_wait
@@ -166,9 +167,9 @@ class Outage(ProcessSandbox):
         self._away()
         return await super().state(operation_id, mode)
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
+    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
         self._away()
-        return await super().run(spec)
+        return await super().run(spec, log=log)
 
 
 async def test_an_engine_outage_longer_than_any_delivery_budget_only_delays_the_run(

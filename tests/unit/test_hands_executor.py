@@ -26,6 +26,7 @@ from contracts.tool import Dispatch, DispatchMode, ResultEvent, Termination, Too
 from hands.executor import MAX_ARGUMENT_BYTES, MAX_ATTEMPTS, Busy, Executor
 from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, container_name
 from hands.sandbox import process as process_sandbox
+from hands.sandbox.output import Capture
 from hands.sandbox.process import ProcessSandbox
 from lifecycle.decision import LifecycleSettings
 from session_store import SessionStore, open_store
@@ -516,9 +517,9 @@ async def test_a_run_another_executor_collected_meanwhile_is_not_started_again(
     class SameEngine(ProcessSandbox):
         """The second Hands' view of the same runs; the first finishes before it looks."""
 
-        async def run(self, spec: RunSpec) -> RunOutcome:
+        async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
             await first
-            return await super().run(spec)
+            return await super().run(spec, log=log)
 
     second = hands.executor("b")
     second.sandbox = SameEngine(hands.sandbox.root)
