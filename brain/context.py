@@ -34,13 +34,15 @@ class PhaseContext:
         self._handle = handle
         self.services = services
         state = handle.state
+        lineage = state.origin.lineage() if state.origin else []
+        inherited = {op for origin in lineage for op in origin.operations}
         self._operations = Operations(
             services,
             handle.session_id,
             task,
             lease=lease,
-            lineage=[o.session_id for o in state.origin.lineage()] if state.origin else (),
-            inherited=lambda op: op in state.intents or op in state.applied_operations,
+            lineage=[origin.session_id for origin in lineage],
+            inherited=lambda op: op in inherited or op in state.intents,
         )
 
     @property

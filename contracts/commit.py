@@ -33,6 +33,9 @@ class Origin(Frozen):
     session_id: Identifier
     seq: int = Field(ge=1)
     entries_archived: int = Field(default=0, ge=0)
+    #: operations that session's state held at ``seq`` (pending intents and applied
+    #: results): a fork reuses them by their ids, whatever its own archive does later
+    operations: tuple[str, ...] = ()
     origin: Origin | None = None
 
     def lineage(self) -> list[Origin]:

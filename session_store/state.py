@@ -152,6 +152,7 @@ def forked(origin: SessionState, session_id: str, fork: Fork) -> SessionState:
         session_id=fork.session_id,
         seq=fork.seq,
         entries_archived=origin.entries_archived,
+        operations=tuple(sorted({*origin.intents, *origin.applied_operations})),
         origin=origin.origin,
     )
     adopted.model_post_init(None)

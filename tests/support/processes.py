@@ -25,11 +25,15 @@ def python_module(
 
 
 def brain_run(
-    store_url: str, *, plugins: tuple[str, ...] = (), env: dict[str, str] | None = None
+    store_url: str,
+    *,
+    plugins: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    session: str = "s1",
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m brain run`` on session ``s1`` to the end; a SIGKILL (a crash point)
-    is an expected ending, any other failure raises with the worker's stderr."""
-    args = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", "s1"]
+    """``python -m brain run`` on ``session`` to the end; a SIGKILL (a crash point) is
+    an expected ending, any other failure raises with the worker's stderr."""
+    args = [sys.executable, "-m", "brain", "run", "--store", store_url, "--session", session]
     for plugin in plugins:
         args += ["--plugin", plugin]
     done = subprocess.run(
