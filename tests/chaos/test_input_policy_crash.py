@@ -5,7 +5,6 @@ committed. The next Brain answers both messages once, with one agent task."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from contracts import Handling, SubmissionStatus
 from session_store import open_store
 from session_store.submissions import SessionClient
 from tests.support.http_server import serve
-from tests.support.processes import brain_run
+from tests.support.processes import brain_run, model_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -35,12 +34,7 @@ async def test_a_joined_message_is_answered_once_after_a_kill(
     await client.submit("s1", "r1", {"text": "hello"})
     await client.submit("s1", "r2", {"text": "and this", "policy": "enqueue"})
     async with serve(scripted_app(SCRIPT, token="t")) as model_url:
-        env = {
-            **os.environ,
-            "BH_MODEL_BASE_URL": f"{model_url}/v1",
-            "BH_MODEL_API_KEY": "t",
-            "BH_MODEL_NAME": "m",
-        }
+        env = model_env(model_url)
         killed = await asyncio.to_thread(brain_run, url, env={**env, "BH_CRASH_AT": crash_at})
         assert killed.returncode == -signal.SIGKILL
         done = await asyncio.to_thread(brain_run, url, env=env)

@@ -6,7 +6,6 @@ preview), answers with the retried call's whole answer, and leaves no preview be
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from session_api.stream import CommitFeed
 from session_store import open_store
 from session_store.submissions import SessionClient
 from tests.support.http_server import serve
-from tests.support.processes import brain_run
+from tests.support.processes import brain_run, model_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -35,13 +34,10 @@ async def test_a_crash_keeps_the_last_written_preview_as_a_record_only(
     store = await open_store(url)
     await SessionClient(store).submit("s1", "r1", "tell me")
     async with serve(scripted_app(SCRIPT, token="t")) as model_url:
-        env = {
-            **os.environ,
-            "BH_MODEL_BASE_URL": f"{model_url}/v1",
-            "BH_MODEL_API_KEY": "t",
-            "BH_MODEL_NAME": "m",
-            "BH_MODEL_STREAM": "1",
-        }
+        env = model_env(
+            model_url,
+            BH_MODEL_STREAM="1",
+        )
         killed = await asyncio.to_thread(brain_run, url, env={**env, "BH_CRASH_AT": crash_at})
         assert killed.returncode == -signal.SIGKILL
         crashed = await store.session("s1")

@@ -4,7 +4,6 @@ the usage of each recorded response is counted once, on the task and on the sess
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from session_store import open_store
 from session_store.submissions import SessionClient
 from session_store.usage import usage_of
 from tests.support.http_server import serve
-from tests.support.processes import brain_run
+from tests.support.processes import brain_run, model_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -38,14 +37,11 @@ async def test_usage_is_counted_once_per_recorded_response(tmp_path: Path, crash
     await SessionClient(store).submit("s1", "r1", "please echo")
     plugin = ("tests.support.agent_plugins:plugin",)
     async with serve(scripted_app(SCRIPT, token="t")) as model_url:
-        env = {
-            **os.environ,
-            "BH_MODEL_BASE_URL": f"{model_url}/v1",
-            "BH_MODEL_API_KEY": "t",
-            "BH_MODEL_NAME": "m",
-            "BH_MODEL_PRICE_INPUT": "1",
-            "BH_MODEL_PRICE_OUTPUT": "4",
-        }
+        env = model_env(
+            model_url,
+            BH_MODEL_PRICE_INPUT="1",
+            BH_MODEL_PRICE_OUTPUT="4",
+        )
         killed = await asyncio.to_thread(
             brain_run, url, plugins=plugin, env={**env, "BH_CRASH_AT": crash_at}
         )

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from brain.context import PhaseContext
-from brain.outcome import Done, Effects, Next
+from brain.outcome import Done, Effects
 from brain.registry import Registry
 from brain.tools import ToolSpec
 from contracts import AlreadyExists, CommitRecord, Entry, EntryKind, InvalidInput, NotFound
 from session_store import SessionStore, layout
 from session_store.codec import decode
-from tests.support.kernel import Kernel, kernel, kind
+from tests.support.fork_plugins import twice_kind
+from tests.support.kernel import FAST, Kernel, kernel, kind
 
 PARTITIONS = (
     layout.log_partition,
@@ -33,24 +34,12 @@ def registry() -> Registry:
     """``twice``: sends m1 (its result applied), then in a later phase asks for m1 again
     (reused, never re-sent) and sends m2. ``note``: one entry, done."""
 
-    async def first(ctx: PhaseContext) -> Next:
-        sent = await ctx.operation("send", {"to": "m1"}, "m1")
-        return Next(phase="second", effects=Effects(applied_operations=(sent.operation_id,)))
-
-    async def second(ctx: PhaseContext) -> Done:
-        again = await ctx.operation("send", {"to": "m1"}, "m1")
-        sent = await ctx.operation("send", {"to": "m2"}, "m2")
-        return Done(
-            result={"m1": again.operation_id, "m2": sent.operation_id},
-            effects=Effects(applied_operations=(sent.operation_id,)),
-        )
-
     async def note(ctx: PhaseContext) -> Done:
         entry = Entry(id=f"note.{ctx.task.id}", kind=EntryKind.NOTE, content={"input": ctx.input})
         return Done(result=ctx.input, effects=Effects(entries=(entry,)))
 
     found = Registry()
-    found.add(kind("twice", {"start": first, "second": second}))
+    found.add(twice_kind(backoff=FAST))
     found.add(kind("note", {"start": note}))
     return found
 

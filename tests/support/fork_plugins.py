@@ -42,6 +42,10 @@ async def _second(ctx: PhaseContext) -> Done:
     )
 
 
+def twice_kind(**options: Any) -> TaskKind:
+    return TaskKind(name="twice", version=1, phases={"start": _first, "second": _second}, **options)
+
+
 async def plugin(registry: Registry, tools: LocalDispatcher, resources: AsyncExitStack) -> None:
     tools.register(ToolSpec(name="send", replay=ReplayPolicy.SAFE), _send)
-    registry.add(TaskKind(name="twice", version=1, phases={"start": _first, "second": _second}))
+    registry.add(twice_kind())

@@ -48,3 +48,15 @@ def brain_run(
     if done.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(done.stderr[-2000:])
     return done
+
+
+def model_env(model_url: str, **extra: str) -> dict[str, str]:
+    """This process's environment for a Brain whose model is the scripted server at
+    ``model_url`` (token ``t``, model ``m``), with ``extra`` variables."""
+    return {
+        **os.environ,
+        "BH_MODEL_BASE_URL": f"{model_url}/v1",
+        "BH_MODEL_API_KEY": "t",
+        "BH_MODEL_NAME": "m",
+        **extra,
+    }
