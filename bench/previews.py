@@ -34,7 +34,6 @@ from bh.session_client import SessionApiClient
 from brain.model.scripted import Script, ScriptedModel
 from contracts import PROGRESS_DOCUMENT, CommitRecord
 from session_api.app import create_app
-from session_api.stream import CommitFeed
 from session_api.views import CommitEvent, PreviewView
 from session_store import open_store
 from session_store.codec import encode
@@ -85,7 +84,7 @@ async def one_round(work: Path, *, tokens: int, pause: float, interval_ms: float
         _, stderr = await brain.communicate()
         if brain.returncode != 0:
             raise RuntimeError(f"the Brain failed: {stderr.decode()[-2000:]}")
-    records = await CommitFeed(store, "s1").after(0, limit=100_000)
+    records = [r async for r in store.history("s1")]
     await store.close()
     sent = list(model.streamed)
     return {

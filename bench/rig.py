@@ -45,8 +45,7 @@ from coordination.wakes import RQWakes
 from hands.images import tool_tag
 from hands.registry import register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from webapi.server import free_port
 
@@ -130,11 +129,7 @@ class Rig:
         await asyncio.gather(*(wake(session_id) for session_id in sessions))
 
     async def records(self, session_id: str) -> list[CommitRecord]:
-        items = await self.store.backend.items(layout.log_partition(session_id))
-        return sorted(
-            (decode(data, CommitRecord, where=item) for item, data in items),
-            key=lambda record: record.seq,
-        )
+        return [record async for record in self.store.history(session_id)]
 
     async def answered_at(self, session_id: str, request_id: str = "r1") -> float | None:
         """When the commit that settled the submission was made (epoch seconds)."""

@@ -17,10 +17,8 @@ from pathlib import Path
 from bh.chaos_cancel import CancelStorms, request_of
 from bh.chaos_forge import Forger
 from bh.chaos_report import ChaosReport
-from contracts import CommitRecord
 from examples.emails.wire import Ledger
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 
 #: Failures the design calls for: the workload's failing tool, and the restart limit
 #: (a phase whose executor was killed ``max_crashes`` times fails its task: under
@@ -104,8 +102,7 @@ async def _unexpected_failures(
 ) -> list[str]:
     """Tasks (subtasks included) that failed for a reason the design does not call for."""
     found = []
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        record = decode(data, CommitRecord, where=item)
+    async for record in store.history(session_id):
         for task in record.commit.tasks:
             error = task.error.message if task.error else ""
             if task.outcome is None or task.outcome.value != "failed":
@@ -136,8 +133,7 @@ def ledger_counts(path: Path) -> Counter[str]:
 
 async def _check_log(store: SessionStore, session_id: str, report: ChaosReport) -> None:
     highest = 0
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        record = decode(data, CommitRecord, where=item)
+    async for record in store.history(session_id):
         report.applications.update(record.commit.applied_operations)
         if record.claim:
             highest = max(highest, record.fence)

@@ -37,13 +37,11 @@ from bh.granted_tool import destination, register_granted, write_credentials
 from bh.hands_client import HandsClient
 from bh.session_client import SessionApiClient
 from bh.system import await_routes, dev_env, dev_up
-from contracts import CommitRecord
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
 from hands.sandbox import container_name
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from webapi.server import free_port
 
 BRAIN_CRASH = "relay:published:tools.dispatch.send_email#4"
@@ -260,8 +258,7 @@ async def _writers(store: SessionStore, fleet: Fleet) -> tuple[dict[str, str], d
     holders: dict[int, str] = {}
     dispatched: dict[str, str] = {}
     applied: dict[str, str] = {}
-    for item, data in await store.backend.items(layout.log_partition(SESSION)):
-        record = decode(data, CommitRecord, where=item)
+    async for record in store.history(SESSION):
         if record.claim:
             pid = (record.holder or "").split(":")[1:2]
             holders[record.fence] = names.get(pid[0], record.holder or "?") if pid else "?"

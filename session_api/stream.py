@@ -41,12 +41,11 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from contracts import BrainhandsError, CommitRecord, CorruptRecord, ErrorInfo, OutputPreview
+from contracts import BrainhandsError, CommitRecord, ErrorInfo, OutputPreview
 from contracts.model import Frozen
 from session_api.describe import commit_event, output_view, preview_events, session_view
 from session_api.views import COMMIT_EVENT, ERROR_EVENT, PREVIEW_EVENT, VIEW_EVENT, PreviewView
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 from webapi.errors import error_info
 
 log = logging.getLogger(__name__)
@@ -78,29 +77,6 @@ class StreamSettings(Frozen):
     retry: timedelta = timedelta(seconds=1)
 
 
-class CommitFeed:
-    """The commits of one session after a seq, read straight from its log."""
-
-    def __init__(self, store: SessionStore, session_id: str) -> None:
-        self._store = store
-        self._partition = layout.log_partition(session_id)
-
-    async def after(self, seq: int, *, limit: int) -> list[CommitRecord]:
-        items = await self._store.backend.items(
-            self._partition, after=layout.seq_item(seq), limit=limit
-        )
-        records = []
-        for number, (item, data) in enumerate(items, start=seq + 1):
-            where = f"{self._partition}/{item}"
-            record = decode(data, CommitRecord, where=where)
-            if record.seq != number or layout.seq_item(record.seq) != item:
-                raise CorruptRecord(
-                    f"record at {where} claims seq {record.seq}; expected {number}", where=where
-                )
-            records.append(record)
-        return records
-
-
 class SessionStream:
     """One client's stream of one session: ``open`` (before answering, so its errors
     are ordinary error answers), then iterate ``events()``."""
@@ -121,7 +97,6 @@ class SessionStream:
         self._entries = entries
         self._gone = gone
         self._stopping = stopping
-        self._feed = CommitFeed(store, session_id)
         self._opening: list[bytes] = []
         self._seq = 0
         #: the session's running operations (open intents) and their tasks
@@ -136,7 +111,9 @@ class SessionStream:
         self._running = {op: i.task_id or "" for op, i in handle.state.intents.items()}
         if last_event_id is not None and last_event_id <= handle.seq:
             limit = self._settings.catch_up
-            missed = await self._feed.after(last_event_id, limit=limit + 1)
+            missed = await self._store.commits(
+                self._session_id, after=last_event_id, limit=limit + 1
+            )
             if len(missed) <= limit:
                 self._seq = last_event_id
                 self._opening = [self._commit(record) for record in missed]
@@ -159,7 +136,9 @@ class SessionStream:
             if await self._gone():
                 return
             try:
-                records = await self._feed.after(self._seq, limit=settings.page)
+                records = await self._store.commits(
+                    self._session_id, after=self._seq, limit=settings.page
+                )
             except BrainhandsError as error:
                 log.warning("events of session %s: %s", self._session_id, error.message)
                 yield event(ERROR_EVENT, error_info(error))
@@ -184,6 +163,9 @@ class SessionStream:
             await self._pause(delay)
             delay = min(delay * 2, settings.idle_poll.total_seconds())
         yield b": stream ends; reconnect with Last-Event-ID\n\n"
+
+    async def _commits(self, after: int, limit: int) -> list[CommitRecord]:
+        return await self._store.commits(self._session_id, after=after, limit=limit)
 
     def _commit(self, record: CommitRecord) -> bytes:
         """The commit's previews (no id: a client resuming after this seq may see them

@@ -81,6 +81,22 @@ class CommitLog:
             )
         return state, loaded
 
+    async def records(self, session_id: str, *, after: int, limit: int) -> list[CommitRecord]:
+        """Up to ``limit`` commit records after seq ``after``, in order, each checked to
+        be the seq it is stored as (a gap or a misplaced record is ``CorruptRecord``)."""
+        partition = layout.log_partition(session_id)
+        items = await self._backend.items(partition, after=layout.seq_item(after), limit=limit)
+        found = []
+        for number, (item, data) in enumerate(items, start=after + 1):
+            where = f"{partition}/{item}"
+            record = decode(data, CommitRecord, where=where)
+            if record.seq != number or layout.seq_item(record.seq) != item:
+                raise CorruptRecord(
+                    f"record at {where} claims seq {record.seq}; expected {number}", where=where
+                )
+            found.append(record)
+        return found
+
     async def catch_up(self, state: SessionState, *, until: int | None = None) -> int:
         """Apply every commit after ``state.seq`` (up to ``until``); returns how many."""
         partition = layout.log_partition(state.session_id)

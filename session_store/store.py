@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import TracebackType
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
@@ -15,6 +15,7 @@ from contracts import (
     AlreadyExists,
     BlobRef,
     Commit,
+    CommitRecord,
     ConflictError,
     Fork,
     Identifier,
@@ -40,6 +41,8 @@ from session_store.uploads import Uploads
 log = logging.getLogger(__name__)
 
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+#: commit records read at once by ``commits`` and ``history``
+COMMIT_PAGE = 256
 
 
 class SessionStore:
@@ -112,6 +115,26 @@ class SessionStore:
         if behind and not self.read_only:
             handle.schedule_baseline()
         return handle
+
+    async def commits(
+        self, session_id: str, *, after: int = 0, limit: int = COMMIT_PAGE
+    ) -> list[CommitRecord]:
+        """The session's commit records after seq ``after``, in seq order: one page of
+        at most ``limit``, typed and checked (the public reader of a log; a fork's log
+        starts with its fork commit)."""
+        _check_identifier(session_id, "session id")
+        if after < 0 or limit < 1:
+            raise InvalidInput(f"after must be >= 0 and limit >= 1, got {after} and {limit}")
+        return await self._log.records(session_id, after=after, limit=limit)
+
+    async def history(
+        self, session_id: str, *, after: int = 0, page: int = COMMIT_PAGE
+    ) -> AsyncIterator[CommitRecord]:
+        """Every commit record after seq ``after``, read a page at a time."""
+        while records := await self.commits(session_id, after=after, limit=page):
+            for record in records:
+                yield record
+            after = records[-1].seq
 
     async def fork(self, session_id: str, *, at: int, into: str) -> SessionHandle:
         """Start session ``into`` as ``session_id`` was right after commit ``at``: one

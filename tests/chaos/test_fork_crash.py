@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts import CommitRecord
-from session_store import layout, open_store
-from session_store.codec import decode
+from session_store import open_store
 from session_store.submissions import SessionClient
 from tests.support.processes import brain_run
 
@@ -35,13 +33,8 @@ async def test_a_fork_recovers_from_a_crash_and_repeats_nothing_committed_before
     await SessionClient(store).submit("s1", "r1", {"task": {"kind": "twice"}})
     done = await asyncio.to_thread(brain_run, url, plugins=PLUGIN, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    partition = layout.log_partition("s1")
-    original = await store.backend.items(partition)
-    at = next(
-        decode(data, CommitRecord, where=item).seq
-        for item, data in original
-        if any(t.phase == "second" for t in decode(data, CommitRecord, where=item).commit.tasks)
-    )
+    original = [record async for record in store.history("s1")]
+    at = next(r.seq for r in original if any(t.phase == "second" for t in r.commit.tasks))
     await store.fork("s1", at=at, into="s2")
     await store.flush()
 
@@ -54,12 +47,8 @@ async def test_a_fork_recovers_from_a_crash_and_repeats_nothing_committed_before
 
     fork = await store.session("s2")
     answer = fork.state.submissions["r1"].answer
-    applied = [
-        op
-        for _, data in await store.backend.items(layout.log_partition("s2"))
-        for op in decode(data, CommitRecord, where="s2").commit.applied_operations
-    ]
-    unchanged = await store.backend.items(partition) == original
+    applied = [op async for r in store.history("s2") for op in r.commit.applied_operations]
+    unchanged = [record async for record in store.history("s1")] == original
     await store.close()
     sent = [line.split() for line in ledger.read_text().splitlines()]
     by_original = {to: op for to, op in sent[:2]}

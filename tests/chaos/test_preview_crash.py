@@ -14,7 +14,6 @@ import pytest
 
 from brain.model.scripted import Script, scripted_app
 from contracts import PROGRESS_DOCUMENT, EntryKind
-from session_api.stream import CommitFeed
 from session_store import open_store
 from session_store.submissions import SessionClient
 from tests.support.http_server import serve
@@ -46,7 +45,7 @@ async def test_a_crash_keeps_the_last_written_preview_as_a_record_only(
         assert done.returncode == 0, done.stderr[-2000:]
     handle = await store.session("s1")
     entries = await handle.entries()
-    records = await CommitFeed(store, "s1").after(0, limit=10_000)
+    records = [r async for r in store.history("s1")]
     await store.close()
 
     assert written["preview"] is True and ANSWER.startswith(written["text"])

@@ -21,7 +21,6 @@ from brain.model.settings import ModelSettings
 from brain.worker import WorkerSettings, run_worker
 from contracts import PROGRESS_DOCUMENT, CommitRecord, EntryKind
 from session_api.app import create_app
-from session_api.stream import CommitFeed
 from session_api.views import CommitEvent, PreviewView, SessionView
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
@@ -50,7 +49,7 @@ async def run(tmp_path: Path, turns: list[dict[str, object]], **model: object) -
 
 
 async def log_of(store: SessionStore) -> list[CommitRecord]:
-    return await CommitFeed(store, "s1").after(0, limit=10_000)
+    return [r async for r in store.history("s1")]
 
 
 def previews(records: list[CommitRecord]) -> list[tuple[CommitRecord, dict[str, Any]]]:

@@ -29,7 +29,6 @@ from hands.executor import Executor
 from hands.sandbox.process import ProcessSandbox
 from session_api.app import create_app as session_app
 from session_api.describe import commit_event
-from session_api.stream import CommitFeed
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.http_server import serve
@@ -125,7 +124,7 @@ async def test_settling_records_who_and_why_and_wakes_the_session(scene: Scene) 
     decision = session["decisions"]["op-1"]
     assert decision["outcome"] == "succeeded" and decision["decided_by"] == "oncall-alice"
     handle = await scene.store.session("s1")
-    (last,) = await CommitFeed(scene.store, "s1").after(handle.seq - 1, limit=1)
+    (last,) = await scene.store.commits("s1", after=handle.seq - 1, limit=1)
     event = commit_event(last)
     assert event.decisions["op-1"].decided_by == "oncall-alice"
     assert event.decisions["op-1"].decision == body["reason"]

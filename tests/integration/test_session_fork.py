@@ -16,7 +16,6 @@ from brain.registry import Registry
 from brain.tools import ToolSpec
 from contracts import AlreadyExists, CommitRecord, Entry, EntryKind, InvalidInput, NotFound
 from session_store import SessionStore, layout
-from session_store.codec import decode
 from tests.support.fork_plugins import twice_kind
 from tests.support.kernel import FAST, Kernel, kernel, kind
 
@@ -60,11 +59,7 @@ async def items_of(store: SessionStore, session_id: str) -> dict[str, list[tuple
 
 
 async def records(store: SessionStore, session_id: str) -> list[CommitRecord]:
-    partition = layout.log_partition(session_id)
-    return [
-        decode(data, CommitRecord, where=item)
-        for item, data in await store.backend.items(partition)
-    ]
+    return [record async for record in store.history(session_id)]
 
 
 async def test_a_fork_starts_where_the_original_was_and_leaves_it_untouched(

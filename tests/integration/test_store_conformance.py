@@ -67,6 +67,26 @@ async def test_commits_get_consecutive_seqs_and_reload_identically(location: Sto
     assert [e.content for e in await reopened.entries()] == [0, 1, 2, 3, 4]
 
 
+async def test_the_public_reader_pages_through_a_log_in_seq_order(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    current = None
+    for n in range(7):
+        commit, current = small_commit(n, current)
+        await handle.commit(commit, fence=F)
+    page = await store.commits("s1", after=2, limit=3)
+    assert [r.seq for r in page] == [3, 4, 5]
+    assert [r.commit.entries[0].content for r in page] == [2, 3, 4]
+    assert [r.seq async for r in store.history("s1", page=2)] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r.seq async for r in store.history("s1", after=6)] == [7]
+    assert await store.commits("s1", after=7) == []
+    assert await store.commits("never-written") == []
+    with pytest.raises(InvalidInput):
+        await store.commits("s1", limit=0)
+
+
 async def test_unknown_session_loads_empty(location: StoreLocation) -> None:
     handle = await (await location.open()).session("never-written")
     assert (handle.seq, handle.fence, handle.state.tasks, handle.state.is_active) == (

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from contracts import CommitRecord, Outcome, SubmissionStatus
+from contracts import Outcome, SubmissionStatus
 from examples.emails import scenario
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 from session_store.submissions import SessionClient
 
 BATCH = "root.req.r1.c0.run"
@@ -46,8 +45,8 @@ async def check_invariants(
     assert batch.outcome is Outcome.SUCCEEDED and len(receipts) == 5, where
     assert [r["to"] for r in receipts] == list(operations), where
     applied: Counter[str] = Counter()
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+    async for record in store.history(session_id):
+        applied.update(record.commit.applied_operations)
     assert all(count == 1 for count in applied.values()), f"{where}: applied twice: {applied}"
     assert set(operations.values()) <= set(applied), f"{where}: a result was never applied"
     return receipts

@@ -80,13 +80,9 @@ async def kernel(
 
 async def task_history(store: SessionStore, session_id: str, task_id: str) -> list[Task]:
     """Every revision of a task as the log recorded it, oldest first."""
-    from contracts import CommitRecord
-    from session_store import layout
-    from session_store.codec import decode
 
     revisions = []
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        record = decode(data, CommitRecord, where=item)
+    async for record in store.history(session_id):
         revisions.extend(t for t in record.commit.tasks if t.id == task_id)
     return revisions
 
