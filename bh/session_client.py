@@ -13,7 +13,7 @@ after a dropped connection with ``Last-Event-ID``, so it yields every commit onc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
@@ -213,11 +213,13 @@ class SessionApiClient(ApiClient):
         last_event_id: int | None = None,
         entries: int | None = None,
         retry: float = 1.0,
+        on_retry: Callable[[int, BrainhandsError], None] | None = None,
     ) -> AsyncGenerator[StreamItem, None]:
         """The session's stream across reconnects: after a drop (or the server's end of
         a stream) it reconnects with ``Last-Event-ID``, so every commit comes once.
         Gives up after ``GIVE_UP_AFTER`` failed connections in a row; errors that a
-        retry cannot fix (401, 404, 422) are raised at once."""
+        retry cannot fix (401, 404, 422) are raised at once. ``on_retry`` hears each
+        failed connection (its number in a row, the error) before the pause."""
         last, failures = last_event_id, 0
         while True:
             try:
@@ -225,13 +227,16 @@ class SessionApiClient(ApiClient):
                 async with aclosing(stream) as items:
                     async for item in items:
                         failures = 0
-                        last = item.seq
+                        if not isinstance(item, PreviewView):  # a preview precedes its commit
+                            last = item.seq
                         yield item
                 delay = retry
             except BrainhandsError as error:
                 failures += 1
                 if not error.retryable or failures >= GIVE_UP_AFTER:
                     raise
+                if on_retry is not None:
+                    on_retry(failures, error)
                 delay = min(retry * 2 ** (failures - 1), 10 * retry)
             await asyncio.sleep(delay)
 

@@ -12,6 +12,7 @@ and fails the one submission it cannot turn into a task.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
@@ -20,6 +21,7 @@ from contracts import (
     AnswerInput,
     Identifier,
     InvalidInput,
+    PayloadTooLarge,
     RequestId,
     TaskInput,
     TextInput,
@@ -53,7 +55,9 @@ def read_input(value: JsonValue) -> str | TextInput | TaskInput | AnswerInput:
 
 
 def read_work(value: JsonValue) -> str | TextInput | TaskInput:
-    """Input that asks for work (not an answer): what the submissions door accepts."""
+    """Input that asks for work (not an answer): what the submissions door accepts. A
+    message with nothing but whitespace in it is refused: it would run a whole turn of
+    the agent on nothing."""
     read = read_input(value)
     if isinstance(read, AnswerInput):
         raise InvalidInput(
@@ -61,7 +65,34 @@ def read_work(value: JsonValue) -> str | TextInput | TaskInput:
             "/v1/sessions/{id}/inputs, bh answer), where it is checked against the question",
             field="input",
         )
+    text = read.text if isinstance(read, TextInput) else read
+    if isinstance(text, str) and not text.strip():
+        raise InvalidInput("the message is empty: there is nothing in it to act on", field="input")
     return read
+
+
+def check_size(value: JsonValue, limit: int) -> None:
+    """``PayloadTooLarge`` saying how large the input is and what fits (a message is
+    stored twice in its commit: as the submission and as the conversation's entry)."""
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > limit:
+        raise PayloadTooLarge(
+            f"the input is {_size(size)}; this store takes at most {_size(limit)} of input "
+            "per submission: send a large document as a file to a tool, or in parts",
+            field="input",
+            bytes=size,
+            limit=limit,
+        )
+
+
+def input_limit(max_record_bytes: int) -> int:
+    """The input one submission may carry under a store's record limit: it is stored
+    twice in one commit, beside a few KB of bookkeeping."""
+    return max(1, (max_record_bytes - 8 * 1024) // 2)
+
+
+def _size(count: int) -> str:
+    return f"{count / 1_000_000:.1f} MB" if count >= 1_000_000 else f"{count / 1000:.0f} KB"
 
 
 def _read(model: type[BaseModel], value: JsonValue, shapes: str) -> BaseModel:

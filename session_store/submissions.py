@@ -41,7 +41,7 @@ from contracts import (
 )
 from contracts.usage import BUDGET
 from session_store.handle import SessionHandle
-from session_store.intake import check_ids, read_work
+from session_store.intake import check_ids, check_size, input_limit, read_work
 from session_store.questions import answer_body, answer_commit
 from session_store.state import SessionState
 from session_store.store import SessionStore
@@ -68,6 +68,7 @@ class SessionClient:
         """Accept ``input`` once per ``request_id``; a repeat returns the original."""
         check_ids(request_id, conversation_id)
         given = read_work(input)
+        check_size(input, input_limit(self.store.settings.max_record_bytes))
         handle = await self.store.session(session_id)
         existing = await handle.submission(request_id)
         if existing is not None:
