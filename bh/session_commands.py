@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Final, TypeVar
 
 import typer
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter, ValidationError
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -27,8 +29,23 @@ from rich.tree import Tree
 
 from bh import terminal
 from bh.api_client import print_json, run_client
-from bh.session_client import SessionApiClient, StreamItem, merge, needs_refresh, with_preview
-from contracts import BrainhandsError, Budget, InputPolicy, SubmissionStatus, TaskStatus
+from bh.session_client import (
+    GIVE_UP_AFTER,
+    SessionApiClient,
+    StreamItem,
+    merge,
+    needs_refresh,
+    with_preview,
+)
+from contracts import (
+    BrainhandsError,
+    Budget,
+    Identifier,
+    InputPolicy,
+    NotFound,
+    SubmissionStatus,
+    TaskStatus,
+)
 from contracts.question import APPROVE, DENY
 from runtime.cancellation import cancel_and_wait
 from session_api.views import (
@@ -68,7 +85,23 @@ ApiToken = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-SessionArg = Annotated[str, typer.Argument(help="The session's id.")]
+
+
+def _session_id(value: str) -> str:
+    """A session id the API can take, or the reason it cannot (before anything is sent:
+    an id with ``/`` would otherwise reach a different route)."""
+    try:
+        _SESSION_ID.validate_python(value)
+    except ValidationError:
+        raise typer.BadParameter(
+            f"session id {value[:60]!r} is not allowed: use 1-200 of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit"
+        ) from None
+    return value
+
+
+_SESSION_ID: TypeAdapter[str] = TypeAdapter(Identifier)
+SessionArg = Annotated[str, typer.Argument(help="The session's id.", callback=_session_id)]
 Entries = Annotated[int, typer.Option(min=0, max=500, help="How many recent entries to show.")]
 RequestIdOption = Annotated[
     str | None,
@@ -79,7 +112,19 @@ RequestIdOption = Annotated[
 @app.command()
 def submit(
     session_id: SessionArg,
-    text: Annotated[str, typer.Argument(help="The input (a message for the session's agent).")],
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            help="The input (a message for the session's agent); - reads it from stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", help="Read the input from this file instead.", dir_okay=False, exists=True
+        ),
+    ] = None,
     request_id: RequestIdOption = None,
     json_input: Annotated[
         bool,
@@ -100,6 +145,7 @@ def submit(
     as_json: Json = False,
 ) -> None:
     """Submit input to a session (once per request id) and print the submission."""
+    text = _text_of(text, file)
     given = _json_input(text) if json_input else text
     if policy is not None:
         if json_input:
@@ -120,6 +166,15 @@ def submit(
     console.print(f"{sub.request_id} {said} to {session_id} ({sub.status.value})", highlight=False)
     if sub.error is not None:
         errors.print(f"{sub.error.code}: {sub.error.message}", highlight=False)
+
+
+def _text_of(text: str | None, file: Path | None) -> str:
+    """The message: the argument, stdin for ``-``, or the file."""
+    if (text is None) == (file is None):
+        raise typer.BadParameter("give the input as TEXT (- for stdin) or --file PATH, once")
+    if file is not None:
+        return file.read_text(encoding="utf-8")
+    return sys.stdin.read() if text == "-" else str(text)
 
 
 @app.command()
@@ -403,9 +458,12 @@ class Watcher:
         self.view: SessionView | None = None
         self._stale = False
         self._refreshed = 0.0
+        #: why the stream is down, while it reconnects (shown above the view)
+        self.lost: str | None = None
+        self._queue: asyncio.Queue[StreamItem | BaseException | None] = asyncio.Queue()
 
     async def run(self, live: Live) -> None:
-        queue: asyncio.Queue[StreamItem | BaseException] = asyncio.Queue()
+        queue = self._queue
         reader = asyncio.create_task(self._read(queue))
         try:
             while not self.done:
@@ -417,11 +475,12 @@ class Watcher:
                 else:
                     if isinstance(item, BaseException):
                         raise item
-                    self._take(item)
+                    if item is not None:  # None: only redraw (the stream is down)
+                        self._take(item)
                 if self._stale and self._refresh_in() == 0:
                     await self._refresh()
                 if self.view is not None:
-                    live.update(render(self.view), refresh=True)
+                    live.update(self._shown(self.view), refresh=True)
         finally:
             await cancel_and_wait(reader)
 
@@ -433,9 +492,21 @@ class Watcher:
         open_ = any(not sub.status.is_final for sub in view.submissions)
         return not open_ and (bool(view.submissions) or not view.active)
 
-    async def _read(self, queue: asyncio.Queue[StreamItem | BaseException]) -> None:
+    def _shown(self, view: SessionView) -> RenderableType:
+        if self.lost is None:
+            return render(view)
+        return Group(Text(self.lost, style="bold red"), render(view))
+
+    def _retrying(self, failures: int, error: BrainhandsError) -> None:
+        self.lost = (
+            f"connection to the Session API lost ({error.message[:120]}); reconnecting, "
+            f"attempt {failures} of {GIVE_UP_AFTER} — what is shown may be out of date"
+        )
+        self._queue.put_nowait(None)
+
+    async def _read(self, queue: asyncio.Queue[StreamItem | BaseException | None]) -> None:
         try:
-            stream = self.api.follow(self.session_id, entries=self.entries)
+            stream = self.api.follow(self.session_id, entries=self.entries, on_retry=self._retrying)
             async with contextlib.aclosing(stream) as items:
                 async for item in items:
                     queue.put_nowait(item)
@@ -443,6 +514,13 @@ class Watcher:
             queue.put_nowait(error)
 
     def _take(self, item: StreamItem) -> None:
+        self.lost = None
+        if isinstance(item, SessionView) and item.seq == 0 and self.view is None:
+            raise NotFound(
+                f"session {self.session_id!r} has no commits: there is nothing to watch "
+                "(check the id, or submit to it first)",
+                session_id=self.session_id,
+            )
         if isinstance(item, SessionView):
             self.view = item
         elif isinstance(item, PreviewView):

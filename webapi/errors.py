@@ -5,6 +5,7 @@
 error                              status  code
 =================================  ======  ==============================================
 ``NotFound``                       404     ``not_found`` (and subclasses' codes)
+``PayloadTooLarge``                413     ``payload_too_large``: its size and the limit
 ``InvalidInput``, bad request      422     ``invalid_input`` naming the field
 ``Forbidden``                      403     ``forbidden``: the token's scope excludes it
 ``Refused``, ``ConflictError``     409     ``already_exists``, ``conflict``, ...
@@ -37,7 +38,7 @@ from contracts import (
     Refused,
     StoreUnavailable,
 )
-from contracts.errors import ErrorBody, Forbidden, Unauthorized
+from contracts.errors import ErrorBody, Forbidden, PayloadTooLarge, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ Statuses = Sequence[tuple[type[BrainhandsError], int]]
 _STATUS: Statuses = (
     (NotFound, 404),
     (Forbidden, 403),
+    (PayloadTooLarge, 413),
     (InvalidInput, 422),
     (Refused, 409),
     (ConflictError, 409),

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
+from rich.console import Console
 from typer.testing import CliRunner
 
 from bh import session_commands
@@ -915,3 +916,64 @@ async def test_a_session_is_forked_through_the_api_and_the_cli(api: Api) -> None
     assert said.exit_code == 0, said.output
     assert "forked s1 at commit 1 into s5" in said.output and "not undone" in said.output
     assert (await api.k.store.session("s1")).seq == head, "the original is untouched"
+
+
+async def test_the_cli_refuses_clearly_what_a_newcomer_might_type(api: Api, tmp_path: Path) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+
+    def cli(*args: str, stdin: str | None = None) -> Any:
+        return CliRunner().invoke(session_commands.app, list(args), env=env, input=stdin)
+
+    slash = await asyncio.to_thread(cli, "submit", "a/b", "hello")
+    assert slash.exit_code == 2 and "session id 'a/b' is not allowed" in slash.output
+    blank = await asyncio.to_thread(cli, "submit", "s1", "   ")
+    assert blank.exit_code != 0 and "the message is empty" in blank.output
+    piped = await asyncio.to_thread(cli, "submit", "s1", "-", "--request-id", "p1", stdin="hi\n")
+    assert piped.exit_code == 0, piped.output
+    note = tmp_path / "note.txt"
+    note.write_text("from a file")
+    filed = await asyncio.to_thread(cli, "submit", "s1", "--file", str(note), "--request-id", "f1")
+    assert filed.exit_code == 0, filed.output
+    state = (await api.k.store.session("s1")).state
+    assert (state.submissions["p1"].input, state.submissions["f1"].input) == ("hi\n", "from a file")
+    unknown = await asyncio.to_thread(cli, "watch", "nosuch")
+    assert unknown.exit_code != 0 and "has no commits" in unknown.output
+
+    big = await api.http.post(
+        "/v1/sessions/s1/submissions", json={"request_id": "big", "input": "x" * 200_000}
+    )
+    assert big.status_code == 413, big.text
+    said = big.json()["error"]
+    assert said["code"] == "payload_too_large" and "the input is 200 KB" in said["message"]
+    empty = await api.http.post(
+        "/v1/sessions/s1/submissions", json={"request_id": "e", "input": ""}
+    )
+    assert empty.status_code == 422 and "empty" in empty.json()["error"]["message"]
+    assert set((await api.k.store.session("s1")).state.submissions) == {"p1", "f1"}
+
+
+def test_watch_says_when_its_stream_is_down() -> None:
+    watcher = session_commands.Watcher(
+        SessionApiClient("http://127.0.0.1:1", TOKEN), "s1", entries=5, until_done=False
+    )
+    view = SessionView.model_validate(
+        {
+            "session_id": "s1",
+            "seq": 3,
+            "fence": 1,
+            "active": True,
+            "submissions": [],
+            "tasks": [],
+            "operations": [],
+            "operations_total": 0,
+            "entries": [],
+            "entry_count": 0,
+            "blocked": [],
+        }
+    )
+    watcher._retrying(2, StoreUnavailable("connection refused"))
+    console = Console(width=200, record=True)
+    console.print(watcher._shown(view))
+    assert "connection to the Session API lost" in console.export_text()
+    watcher._take(view)
+    assert watcher.lost is None, "an item from the stream clears it"
