@@ -330,10 +330,18 @@ def sessions(
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
-    """List the sessions that may have work left, newest first."""
+    """List the sessions that may have work left, newest first (finished sessions are
+    not listed: bh show SESSION reads any)."""
     found = run_client(SessionApiClient, api_url, token, lambda api: api.sessions(limit=limit))
     if as_json:
         print_json(found)
+        return
+    if not found.sessions:
+        console.print(
+            "no session has work left. Finished sessions are not listed: "
+            "bh show SESSION reads any session.",
+            highlight=False,
+        )
         return
     console.print(sessions_table(found.sessions))
     if found.truncated:

@@ -977,3 +977,13 @@ def test_watch_says_when_its_stream_is_down() -> None:
     assert "connection to the Session API lost" in console.export_text()
     watcher._take(view)
     assert watcher.lost is None, "an item from the stream clears it"
+
+
+async def test_sessions_says_why_a_finished_session_is_not_listed(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "calc", "input": {"n": 2}}})
+    await api.k.run("s1")
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    listed = await asyncio.to_thread(
+        CliRunner().invoke, session_commands.app, ["sessions"], env=env
+    )
+    assert listed.exit_code == 0 and "Finished sessions are not listed" in listed.output
