@@ -36,7 +36,7 @@ def build(
     names: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[NAMES]...",
+            metavar="NAME",
             help=f"Tools to build (default: all of {', '.join(tool_directories())}).",
             show_default=False,
         ),

@@ -1,0 +1,45 @@
+"""Every help page of ``bh`` reads cleanly: no markup left over (``[[NAMES]...]...``,
+a dangling `` .`` where Rich ate a bracket), defaults said, and ``bh --version``."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from bh.cli import app
+
+ENV = {"COLUMNS": "120", "NO_COLOR": "1"}
+
+
+def commands() -> list[list[str]]:
+    """Every command and subcommand, from ``bh --help`` and each group's help."""
+    found: list[list[str]] = []
+    runner = CliRunner()
+
+    def names(args: list[str]) -> list[str]:
+        page = runner.invoke(app, [*args, "--help"], env=ENV).output
+        section = page.split("Commands", 1)[1] if "Commands" in page else ""
+        return re.findall(r"^│ ([a-z][a-z-]*) ", section, re.M)
+
+    for name in names([]):
+        subcommands = names([name])
+        found.extend([[name, sub] for sub in subcommands] if subcommands else [[name]])
+    return found
+
+
+def test_every_help_page_reads_cleanly() -> None:
+    runner = CliRunner()
+    pages = commands()
+    assert len(pages) > 30, pages
+    for args in pages:
+        page = runner.invoke(app, [*args, "--help"], env=ENV)
+        assert page.exit_code == 0, (args, page.output)
+        for artifact in ("[[", " .\n", " . "):
+            assert artifact not in page.output.replace("│", "\n"), (args, artifact, page.output)
+
+
+def test_the_version_and_the_hands_default_concurrency_are_said() -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["--version"], env=ENV).output.startswith("brainhands ")
+    assert "else 4" in runner.invoke(app, ["hands", "--help"], env=ENV).output
