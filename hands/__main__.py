@@ -20,8 +20,10 @@ app = typer.Typer(no_args_is_help=False, add_completion=False)
 
 @app.command()
 def run(
-    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
-    nats: Annotated[str | None, typer.Option(help="NATS URL [BH_NATS_URL]")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Session Store URL (default: BH_STORE_URL)")
+    ] = None,
+    nats: Annotated[str | None, typer.Option(help="NATS URL (default: BH_NATS_URL)")] = None,
     concurrency: Annotated[
         int | None,
         typer.Option(help="operations at once (default: BH_HANDS_CONCURRENCY, else 4)"),

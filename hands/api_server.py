@@ -150,13 +150,16 @@ async def serve_api(settings: ApiSettings) -> None:
 
 def serve_command(
     host: Annotated[
-        str | None, typer.Option(help="Address to listen on [BH_HANDS_API_HOST; 127.0.0.1]")
+        str | None,
+        typer.Option(help="Address to listen on (default: BH_HANDS_API_HOST, else 127.0.0.1)"),
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help=f"Port [BH_HANDS_API_PORT; {DEFAULT_PORT}]")
+        int | None, typer.Option(help=f"Port (default: BH_HANDS_API_PORT, else {DEFAULT_PORT})")
     ] = None,
-    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
-    nats: Annotated[str | None, typer.Option(help="NATS URL [BH_NATS_URL]")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Session Store URL (default: BH_STORE_URL)")
+    ] = None,
+    nats: Annotated[str | None, typer.Option(help="NATS URL (default: BH_NATS_URL)")] = None,
     sandbox: Annotated[
         str | None, typer.Option(help="docker (default) or process (NOT isolated)")
     ] = None,
@@ -165,7 +168,9 @@ def serve_command(
     ] = True,
     consume: Annotated[
         bool | None,
-        typer.Option("--consume/--no-consume", help="Also run dispatches [BH_HANDS_API_CONSUME]"),
+        typer.Option(
+            "--consume/--no-consume", help="Also run dispatches (default: BH_HANDS_API_CONSUME)"
+        ),
     ] = None,
 ) -> None:
     """Serve the Hands HTTP API; tokens come from BH_HANDS_API_TOKEN(S_FILE) only."""

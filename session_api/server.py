@@ -102,12 +102,15 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
 
 def serve_command(
     host: Annotated[
-        str | None, typer.Option(help="Address to listen on [BH_SESSION_API_HOST; 127.0.0.1]")
+        str | None,
+        typer.Option(help="Address to listen on (default: BH_SESSION_API_HOST, else 127.0.0.1)"),
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help=f"Port [BH_SESSION_API_PORT; {DEFAULT_PORT}]")
+        int | None, typer.Option(help=f"Port (default: BH_SESSION_API_PORT, else {DEFAULT_PORT})")
     ] = None,
-    store: Annotated[str | None, typer.Option(help="Session Store URL [BH_STORE_URL]")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Session Store URL (default: BH_STORE_URL)")
+    ] = None,
     redis_url: Annotated[
         str | None, typer.Option("--redis", envvar="BH_REDIS_URL", help="Redis: wake jobs (RQ)")
     ] = None,

@@ -1,5 +1,6 @@
 """Every help page of ``bh`` reads cleanly: no markup left over (``[[NAMES]...]...``,
-a dangling `` .`` where Rich ate a bracket), defaults said, and ``bh --version``."""
+a dangling `` .`` where Rich ate a bracket), a variable named one way (``[env var: X]``,
+never also ``[X]``), defaults said, and ``bh --version``."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_every_help_page_reads_cleanly() -> None:
     for args in pages:
         page = runner.invoke(app, [*args, "--help"], env=ENV)
         assert page.exit_code == 0, (args, page.output)
-        for artifact in ("[[", " .\n", " . "):
+        for artifact in ("[[", " .\n", " . ", "[BH_"):
             assert artifact not in page.output.replace("│", "\n"), (args, artifact, page.output)
 
 
