@@ -88,7 +88,7 @@ def check_size(value: JsonValue, limit: int) -> None:
 def input_limit(max_record_bytes: int) -> int:
     """The input one submission may carry under a store's record limit: it is stored
     twice in one commit, beside a few KB of bookkeeping."""
-    return max(1, (max_record_bytes - 8 * 1024) // 2)
+    return max(max_record_bytes // 4, (max_record_bytes - 8 * 1024) // 2)
 
 
 def _size(count: int) -> str:
