@@ -358,6 +358,7 @@ class Executor:
             outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN, collect=True)
             return await self._finish(claimed, definition, outcome, "executed")
         if step is Step.VERIFY:
+            attempted = record.deadline
             claimed = await self._claim(record, definition, new_attempt=False)
             try:
                 found = await self._query(claimed, definition)
@@ -365,9 +366,25 @@ class Executor:
                 return None  # parked: uncertain, for an operator
             if found is not None:
                 return await self._settle(claimed, found)
+            self._not_found_yet(record, attempted)
             record = claimed
         path = "replayed" if step is Step.REPLAY else "executed"
         return await self._start(record, definition, path)
+
+    def _not_found_yet(self, record: Operation, deadline: datetime | None) -> None:
+        """Not found by the query is only proof once the attempt's deadline (and the
+        takeover margin) passed: until then its request may still be in flight at the
+        destination (held, or sent just before its connection broke) and land later.
+        ``Busy`` until then: the dispatch comes back and the query is asked again."""
+        if deadline is None:
+            return
+        until = deadline + self.lifecycle.takeover_margin
+        if self.clock() < until:
+            raise Busy(
+                f"operation {record.operation_id}: its query found nothing, but attempt "
+                f"{record.attempts} may still land until {until.isoformat()}",
+                until=until,
+            )
 
     async def _start(
         self, record: Operation, definition: ToolDefinition, path: str

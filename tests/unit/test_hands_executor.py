@@ -222,8 +222,15 @@ async def test_a_start_killed_before_it_wrote_its_metadata_is_an_unknown_outcome
     d = dispatch("queryable")
     await _started_without_a_pid(hands, d)
     (hands.sandbox.root / "bh-op-1" / "meta.json").unlink()
-    result = await hands.executor("b").handle(d)
-    # its query says the action never happened, so it runs, once
+    # its query says the action has not happened, which proves nothing before the first
+    # attempt's deadline: it waits
+    with pytest.raises(Busy) as busy:
+        await hands.executor("b").handle(d)
+    assert hands.runs() == []
+    later = hands.executor("b")
+    later.clock = lambda: busy.value.until + timedelta(seconds=1)
+    result = await later.handle(d)
+    # still not found after the deadline: it runs, once
     assert result is not None and result.succeeded and result.path == "executed", result
     assert hands.runs() == ["op-1"]
 
@@ -325,6 +332,26 @@ async def test_an_unsafe_tool_not_found_by_its_query_runs(hands: Hands) -> None:
     result = await hands.executor().handle(dispatch("queryable"))
     assert result is not None and result.path == "executed"
     assert hands.runs() == ["op-1"]
+
+
+async def test_a_query_that_finds_nothing_before_the_attempts_deadline_runs_nothing_yet(
+    hands: Hands,
+) -> None:
+    """This executor's attempt ended with its outcome unknown (exit 75: e.g. its
+    connection broke mid-request) well before its deadline: its request may still be in
+    flight at the destination, so a query that finds nothing proves nothing yet. Found
+    in the compose deployment: a replay 2.5 s after such a query, while the first
+    request was still held by the server, executed the operation twice."""
+    mine = hands.executor()
+    record = await mine._record(dispatch("queryable"))
+    definition = await hands.store.tools.get("queryable", 1)
+    assert definition is not None
+    claimed = await mine._claim(record, definition, new_attempt=True)
+    with pytest.raises(Busy) as busy:
+        await hands.executor().handle(dispatch("queryable"))
+    assert claimed.deadline is not None
+    assert busy.value.until == claimed.deadline + LifecycleSettings().takeover_margin
+    assert hands.runs() == [], "verified as not found yet, and not run again"
 
 
 async def test_an_unsafe_tool_without_a_query_is_parked_never_rerun(hands: Hands) -> None:
