@@ -84,6 +84,10 @@ class Operation(Frozen):
     process: str | None = None
     attempts: int = Field(default=0, ge=0)
     deadline: AwareDatetime | None = None
+    #: the deadline of the last attempt that ran the action: a claim that only collects
+    #: or queries moves ``deadline``, not this; until it has passed (plus the takeover
+    #: margin) that attempt's request may still land, whatever a query says
+    attempt_deadline: AwareDatetime | None = None
     reason: str | None = None
     decided_by: str | None = None
     decision: str | None = None

@@ -358,7 +358,7 @@ class Executor:
             outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN, collect=True)
             return await self._finish(claimed, definition, outcome, "executed")
         if step is Step.VERIFY:
-            attempted = record.deadline
+            attempted = record.attempt_deadline
             claimed = await self._claim(record, definition, new_attempt=False)
             try:
                 found = await self._query(claimed, definition)
@@ -441,6 +441,7 @@ class Executor:
                 executor=self.executor_id,
                 process=None,
                 deadline=deadline,
+                attempt_deadline=deadline if new_attempt else record.attempt_deadline,
                 attempts=record.attempts + (1 if new_attempt else 0),
             )
         except ConflictError as error:

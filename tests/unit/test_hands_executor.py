@@ -351,6 +351,9 @@ async def test_a_query_that_finds_nothing_before_the_attempts_deadline_runs_noth
         await hands.executor().handle(dispatch("queryable"))
     assert claimed.deadline is not None
     assert busy.value.until == claimed.deadline + LifecycleSettings().takeover_margin
+    with pytest.raises(Busy) as again:
+        await hands.executor().handle(dispatch("queryable"))
+    assert again.value.until == busy.value.until, "asking again does not move the wait"
     assert hands.runs() == [], "verified as not found yet, and not run again"
 
 
