@@ -188,15 +188,18 @@ class DockerSandbox:
 
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
-        self._api = docker.APIClient(
-            base_url=config.docker_url,
-            version="1.41",
-            timeout=config.api_timeout.total_seconds(),
-            max_pool_size=32,
-        )
+        self._api = self._client(pool=32)
         self._cpus: float | None = None
         #: the ``VOLUME`` paths of images pinned by id (immutable: asked once per image)
         self._declared: dict[str, list[str]] = {}
+
+    def _client(self, *, pool: int) -> Any:
+        return docker.APIClient(
+            base_url=self.config.docker_url,
+            version="1.41",
+            timeout=self.config.api_timeout.total_seconds(),
+            max_pool_size=pool,
+        )
 
     async def check(self) -> None:
         """Reach the engine; refuse a configured runtime it does not have."""
@@ -412,7 +415,12 @@ class DockerSandbox:
         wall-clock timeout counted from its own start; its stderr goes to ``log``."""
         watch = _Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
         follower = _Follower(self._api, container["Id"], watch.capture)
-        logs = None if log is None else _Follower(self._api, container["Id"], log, err=True)
+        # the log preview follows on a client of its own: closing its stream can never
+        # touch a connection the run's own calls share
+        own = None if log is None else self._client(pool=1)
+        logs = (
+            None if own is None or log is None else _Follower(own, container["Id"], log, err=True)
+        )
         started = _started(container) or datetime.now(UTC)
         deadline = started + timedelta(seconds=spec.tool.timeout_s)
         try:
@@ -426,6 +434,9 @@ class DockerSandbox:
                 follower.cancel(by_caller=True)
             if logs is not None:
                 logs.cancel(by_caller=True)
+            if own is not None:
+                with contextlib.suppress(Exception):
+                    own.close()
         watch.over_limit = watch.capture.over
         if watch.over_limit:
             with contextlib.suppress(ConflictError, NotFound):
