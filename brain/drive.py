@@ -495,10 +495,13 @@ class Drive:
             for _ in range(_REBASES):
                 builder = CommitBuilder(self.handle.state, self.services.clock())
                 build(builder)
-                if builder.build().is_empty and label != PROGRESS_LABEL:
-                    return False
-                self.progress.fold(builder)  # pending previews ride along with any commit
                 commit = builder.build()
+                if commit.is_empty and label != PROGRESS_LABEL:
+                    return False
+                folded = self.progress.has_news
+                if folded:  # pending previews ride along with any commit
+                    self.progress.fold(builder)
+                    commit = builder.build()
                 if commit.is_empty:
                     return False
                 try:
@@ -507,7 +510,8 @@ class Drive:
                     await self.handle.refresh()
                     continue
                 self.commits += 1
-                self.progress.written()
+                if folded:
+                    self.progress.written()
                 self.services.crash.reached(f"commit:{label}")
                 self._stop_cancelled()
                 if wake() or any(t.rev == 1 for t in commit.tasks):

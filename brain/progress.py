@@ -89,6 +89,11 @@ class Progress:
     def pending(self) -> bool:
         return bool(self._dirty)
 
+    @property
+    def has_news(self) -> bool:
+        """Whether a commit built now would carry previews or their removals."""
+        return bool(self._dirty or self._gone)
+
     def fold(self, builder: CommitBuilder) -> None:
         """Add the pending previews (and removals) to the commit being built."""
         stored = builder.document(PROGRESS_DOCUMENT)
