@@ -22,6 +22,7 @@ from bh import tools_commands
 from contracts import ConflictError, InvalidInput, NotFound
 from contracts.tool import ToolChange
 from hands.sandbox import RunOutcome, RunSpec
+from hands.sandbox.output import Capture
 from tests.integration.test_hands_api import TOKEN, Api, open_api
 from tests.support.toolpath import runs
 
@@ -102,9 +103,9 @@ async def test_the_next_run_uses_the_current_revision(api: Api) -> None:
     seen: list[RunSpec] = []
     run = api.sandbox.run
 
-    async def recorded(spec: RunSpec) -> RunOutcome:
+    async def recorded(spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
         seen.append(spec)
-        return await run(spec)
+        return await run(spec, log=log)
 
     api.sandbox.run = recorded  # type: ignore[method-assign]
     await api.run("op-1")
