@@ -55,16 +55,12 @@ class Progress:
         #: tasks whose outcome was committed: their member goes at the next write
         self._gone: set[str] = set()
         self._news = asyncio.Event()
-        #: previews written, and the pieces of text they carried
-        self.writes = 0
-        self.pieces = 0
 
     def note(self, task_id: str, request: str, piece: str) -> None:
         """A piece of ``task_id``'s text for request ``request`` (a new request starts
         a new preview)."""
         if self._request.get(task_id) != request:
             self._request[task_id], self._text[task_id], self._chars[task_id] = request, [], 0
-        self.pieces += 1
         room = self.settings.max_chars - self._chars[task_id]
         if room > 0:
             self._text[task_id].append(piece[:room])
@@ -84,10 +80,6 @@ class Progress:
             kept.pop(task_id, None)
         self._dirty.pop(task_id, None)
         self._gone.add(task_id)
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._dirty)
 
     @property
     def has_news(self) -> bool:
@@ -115,8 +107,6 @@ class Progress:
 
     def written(self) -> None:
         """The folded previews are committed."""
-        if self._folded:
-            self.writes += 1
         for task_id, changes in self._folded.items():
             if self._dirty.get(task_id) == changes:
                 del self._dirty[task_id]

@@ -45,7 +45,6 @@ class OutputWriter:
         #: fed by the sandbox (from its follower thread)
         self.log = Capture(_NO_LIMIT, keep, spool=False)
         self._saved = 0
-        self.saves = 0
 
     async def run(self) -> None:
         """Save the log whenever it grew, at most once per interval, until cancelled."""
@@ -74,4 +73,3 @@ class OutputWriter:
             log.debug("preview of %s not saved: %s", preview.operation_id, error.message)
             return
         self._saved = total
-        self.saves += 1

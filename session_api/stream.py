@@ -104,6 +104,8 @@ class SessionStream:
         #: when each one's log preview that was last sent was saved
         self._shown: dict[str, datetime] = {}
         self._outputs_read = -math.inf
+        #: whether a commit sent since the last poll carried previews (text is streaming)
+        self._previewed = False
 
     async def open(self, last_event_id: int | None) -> None:
         """Resume after ``last_event_id`` when the log can; else start with a view."""
@@ -149,8 +151,8 @@ class SessionStream:
                 yield chunk
             if records:
                 quiet_since = time.monotonic()
-                if any(preview_events(record) for record in records):
-                    previewed_at = quiet_since
+                if self._previewed:
+                    previewed_at, self._previewed = quiet_since, False
                 delay = settings.poll.total_seconds()
                 continue
             if time.monotonic() - quiet_since >= settings.heartbeat.total_seconds():
@@ -172,6 +174,7 @@ class SessionStream:
         again, which a snapshot allows), then the commit itself."""
         self._seq = record.seq
         previews = [*preview_events(record)]
+        self._previewed |= bool(previews)
         for intent in record.commit.intents:
             self._running[intent.operation_id] = intent.task_id or ""
         for op in record.commit.applied_operations:
