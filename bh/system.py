@@ -121,7 +121,8 @@ def up(
         "BH_SESSION_API_TOKEN": env["BH_SESSION_API_TOKEN"],
         "BH_HANDS_API_URL": f"http://127.0.0.1:{HANDS_API_PORT}",
         "BH_HANDS_API_TOKEN": env["BH_HANDS_API_TOKEN"],
-        # the workers' probe URLs, for ``bh doctor``
+        "BH_METRICS_TOKEN": env["BH_METRICS_TOKEN"],
+        # the workers' probe URLs (``/metrics`` is beside ``/readyz``), for ``bh doctor``
         "BH_PROBE_URLS": " ".join(
             c.health.removesuffix("/readyz") for c in wanted if c.health and c.env
         ),
@@ -222,6 +223,8 @@ def _secrets(place: Layout) -> dict[str, str]:
     made = {
         "BH_SESSION_API_TOKEN": secrets.token_urlsafe(24),
         "BH_HANDS_API_TOKEN": secrets.token_urlsafe(24),
+        # the workers' /metrics (Brain, Hands, scheduler: beside their probes)
+        "BH_METRICS_TOKEN": secrets.token_urlsafe(24),
         "BH_HANDS_SECRET": secrets.token_hex(32),
         "BH_EMAIL_SERVICE_TOKEN": secrets.token_urlsafe(24),
         "BH_SCRIPTED_MODEL_TOKEN": secrets.token_urlsafe(24),

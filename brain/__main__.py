@@ -27,6 +27,7 @@ from coordination.leases import RedisLeases
 from coordination.ratelimit import ModelLimits, endpoint_key
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
+from webapi.exposition import Scrape
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -172,7 +173,8 @@ async def _serve(
             checks["nats"] = built.bus.check
         checks["wake_route"] = service.holds_its_route
         probes = Probes("brain", checks, alive=lambda: not running.done())
-        async with serve(probes, host=probe_at[0], port=probe_at[1]):
+        metrics = Scrape(service.metrics.registry)
+        async with serve(probes, host=probe_at[0], port=probe_at[1], metrics=metrics):
             await until_stopped(stop, running)
         await service.shutdown()  # running drives end; leases are handed back
         await running

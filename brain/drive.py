@@ -510,6 +510,8 @@ class Drive:
                     await self.handle.refresh()
                     continue
                 self.commits += 1
+                if commit.applied_operations:
+                    self.services.metrics.applied(commit.applied_operations, self.services.clock())
                 if folded:
                     self.progress.written()
                 self.services.crash.reached(f"commit:{label}")

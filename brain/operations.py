@@ -269,6 +269,7 @@ class Operations:
             self._check_same(record, spec.name, args)
         result = await store.get_operation_result(op_id)
         if result is not None:
+            self._services.metrics.result_seen(op_id, result.finished_at)
             performed = await self._reuse(result)
             path = result.path if result.path in _HANDS_PATHS else "executed"
             return performed.model_copy(update={"path": path})

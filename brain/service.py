@@ -95,6 +95,8 @@ class BrainService:
         self._driving: set[str] = set()
         self._again: set[str] = set()
         self._stopped = asyncio.Event()
+        self.metrics = runner.services.metrics
+        self.metrics.slots(concurrency, lambda: len(self._driving))
 
     @property
     def holder(self) -> str:
@@ -150,6 +152,7 @@ class BrainService:
                 loop=loop,
                 drive=self.drive,
                 refused=self.refused_wakes,
+                observer=self.metrics,
             )
             self._workers[slot] = worker
             if not self._stopping.is_set():
@@ -246,6 +249,7 @@ class BrainService:
                 await self.wakes.wake(session_id, reason="again")
 
     async def _busy(self, session_id: str) -> str:
+        self.metrics.drive("busy")
         await asyncio.sleep(self.busy_retry.total_seconds())
         await self.wakes.wake(session_id, reason="busy")
         return "busy"
@@ -270,6 +274,7 @@ class BrainService:
             report = await driving
         except asyncio.CancelledError:
             log.warning("session %s: lease lost; dropped the drive", session_id)
+            self.metrics.drive("lease_lost")
             return "lease lost"
         finally:
             self._held.pop(session_id, None)
@@ -279,6 +284,7 @@ class BrainService:
                 with contextlib.suppress(Exception):
                     await self.leases.release(lease)
         self.reports.append(report)
+        self.metrics.drive("fenced" if report.fenced else "driven")
         if report.next_wake_at is not None and not report.fenced:
             await self.wakes.wake(session_id, reason="timer", at=report.next_wake_at)
         if report.awaiting and not report.fenced:
@@ -300,6 +306,7 @@ class BrainService:
                     proof.lease.session_id,
                     proof.remaining(),
                 )
+                self.metrics.lease_lost("lapsed")
                 await cancel_and_wait(driving)
                 return
             sent_at = time.monotonic()
@@ -308,6 +315,7 @@ class BrainService:
                     lease = await self.leases.extend(proof.lease, ttl=self.lease_ttl)
             except LeaseLost as lost:
                 log.warning("%s", lost.message)
+                self.metrics.lease_lost("taken")
                 await cancel_and_wait(driving)
                 return
             except (StoreUnavailable, TimeoutError) as error:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from brain.metrics import BrainMetrics
 from brain.progress import ProgressSettings
 from brain.tools import ToolDispatcher
 from lifecycle.decision import LifecycleSettings
@@ -48,3 +49,5 @@ class Services:
     lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
     #: how often previews of streamed text are written (``brain.progress``)
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    #: what this process counts for Prometheus (``brain.metrics``)
+    metrics: BrainMetrics = field(default_factory=BrainMetrics)

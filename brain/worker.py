@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from brain.agent import agent_kinds
 from brain.doctor import doctor_kind
 from brain.embedded import run_until_idle
+from brain.metrics import BrainMetrics
+from brain.model.metered import MeteredModel
 from brain.model.openai import OpenAIChatClient
 from brain.model.settings import ModelSettings
 from brain.progress import ProgressSettings
@@ -98,9 +100,10 @@ async def build(
     for path in settings.plugins:
         await load_plugin(path)(registry, tools, resources)
     await _use_sandboxed(store, tools, settings.sandboxed)
+    metrics = BrainMetrics()
     model = None
     if settings.model is not None:
-        model = OpenAIChatClient(settings.model)
+        model = MeteredModel(OpenAIChatClient(settings.model), metrics, settings.model.model)
         resources.push_async_callback(model.aclose)
     crash = crash or CrashPoints.from_env()
     bus = None
@@ -119,6 +122,7 @@ async def build(
         relay=None if bus is None else OutboxRelay(bus, crash, store),
         limits=limits,
         progress=_progress(settings.model),
+        metrics=metrics,
     )
     runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
     return Built(store, runner, bus)

@@ -27,8 +27,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio
@@ -197,6 +197,14 @@ def drive_session(session_id: str) -> str:
     return drive(session_id)
 
 
+class WakeObserver(Protocol):
+    """Hears what a wake slot does (``brain.metrics``)."""
+
+    def wake_started(self, waited: float) -> None: ...
+
+    def wake_refused(self, reason: str) -> None: ...
+
+
 class WakeWorker(SimpleWorker):
     """One RQ worker per Brain slot, in a thread; drives run on the Brain's loop."""
 
@@ -212,6 +220,7 @@ class WakeWorker(SimpleWorker):
         loop: asyncio.AbstractEventLoop,
         drive: Callable[[str], Coroutine[Any, Any, Any]],
         refused: Counter[str] | None = None,
+        observer: WakeObserver | None = None,
     ) -> None:
         super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
         self._prefix = prefix
@@ -219,14 +228,20 @@ class WakeWorker(SimpleWorker):
         self._drive = drive
         #: jobs refused, by reason (shared by the Brain's slots)
         self.refused = refused if refused is not None else Counter()
+        self._observer = observer
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         refused = refusal(job)
         if refused is None:
+            if self._observer is not None and job.enqueued_at is not None:
+                waited = datetime.now(UTC) - job.enqueued_at.replace(tzinfo=UTC)
+                self._observer.wake_started(waited.total_seconds())
             super().execute_job(job, queue)
             return
         reason, detail = refused
         self.refused[reason] += 1
+        if self._observer is not None:
+            self._observer.wake_refused(reason)
         log.warning("refused wake job %s: %s (%s)", job.id, reason, detail)
         self.handle_job_failure(job, queue, exc_string=f"refused: {reason} ({detail})")
 

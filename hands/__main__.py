@@ -13,6 +13,7 @@ from contracts import BrainhandsError
 from hands.app import open_hands
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
+from webapi.exposition import Scrape
 from webapi.probes import ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
@@ -54,7 +55,12 @@ async def _serve(settings: HandsSettings, probe_host: str, probe_port: int | Non
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(service.run())
         probes = Probes("hands", service.checks(), alive=lambda: not running.done())
-        async with serve(probes, host=probe_host, port=probe_port):
+        executor = service.executor
+        metrics = Scrape(
+            executor.metrics.registry,
+            lambda: executor.metrics.refresh(sandbox=executor.sandbox, bus=service.bus),
+        )
+        async with serve(probes, host=probe_host, port=probe_port, metrics=metrics):
             await until_stopped(stop, running)
         await service.shutdown()
         for error in await cancel_and_wait(running):

@@ -423,7 +423,7 @@ class Executor:
                 if current is None:
                     return
                 record = current
-        self.metrics.parked()
+        self.metrics.parked(record.tool)
         log.warning("%s", reason)
 
     async def _claim(
@@ -480,8 +480,13 @@ class Executor:
         )
         previews = OutputWriter(self.store, record) if mode is DispatchMode.RUN else None
         saving = asyncio.create_task(previews.run()) if previews is not None else None
+        asked = self.clock()
         try:
-            return await self.sandbox.run(spec, log=previews.log if previews else None)
+            outcome = await self.sandbox.run(spec, log=previews.log if previews else None)
+            started = outcome.started_at
+            if not collect and started is not None and started >= asked:  # not a reconnect
+                self.metrics.sandbox_started((started - asked).total_seconds())
+            return outcome
         except NotFound as error:  # e.g. the pinned image was removed from this host
             return RunOutcome(
                 termination=Termination.SANDBOX_ERROR,
@@ -609,7 +614,7 @@ class Executor:
         """Write the result once (the truth), close the record, announce it."""
         try:
             stored = await self.store.put_operation_result(result)
-            self.metrics.observe(stored)
+            self.metrics.observe(stored, tool=record.tool)
         except AlreadyExists:
             # Another executor (or a stale one of ours) wrote first: its result stands.
             found = await self.store.get_operation_result(result.operation_id)

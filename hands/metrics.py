@@ -8,8 +8,12 @@ registry, so two in one process (tests) never meet.
 =========================================  =========  =================================
 metric                                     type       labels
 =========================================  =========  =================================
-``brainhands_hands_operations_total``      counter    ``status``, ``termination``
+``brainhands_hands_operations_total``      counter    ``tool``, ``status``, ``termination``
 ``brainhands_hands_run_seconds``           histogram  ``termination``
+``brainhands_hands_dispatch_wait_seconds`` histogram  (publication to delivery here)
+``brainhands_hands_sandbox_start_seconds`` histogram  (asking the sandbox to run to its start)
+``brainhands_hands_slots``                 gauge      (operations this process runs at once)
+``brainhands_hands_slots_in_use``          gauge
 ``brainhands_hands_queue_pending``         gauge      (messages not yet delivered)
 ``brainhands_hands_queue_ack_pending``     gauge      (delivered, not yet acked)
 ``brainhands_hands_queue_oldest_age_seconds``  gauge  (the oldest dispatch not yet acked)
@@ -28,15 +32,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
+from collections.abc import Callable
 from typing import Final
 
 import nats.errors
-import nats.js.errors
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
 
-from bus import DISPATCH_STREAM, Bus
+from bus import Bus
+from bus.backlog import DispatchBacklog
 from contracts import BrainhandsError, OperationResult
 from contracts.tool import Termination
 from hands.sandbox import RunState, Sandbox
@@ -47,9 +50,8 @@ log = logging.getLogger(__name__)
 RUN_SECONDS_BUCKETS: Final = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 #: How long a scrape waits for NATS or the container engine.
 READ_TIMEOUT_S: Final = 2.0
-#: The durable consumer every Hands shares (``hands.service.CONSUMER``; not imported:
-#: the executor imports this module, and the service imports the executor).
-CONSUMER: Final = "hands"
+#: Waits in the dispatch queue and sandbox starts: milliseconds to minutes.
+WAIT_SECONDS_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: The ``termination`` label of results without one (refused before any run).
 NO_TERMINATION: Final = "none"
 
@@ -62,8 +64,8 @@ class HandsMetrics:
         self.registry = CollectorRegistry()
         self._operations = Counter(
             "brainhands_hands_operations",
-            "Operations this process brought to an outcome, by status and termination",
-            ["status", "termination"],
+            "Operations this process brought to an outcome, by tool, status and termination",
+            ["tool", "status", "termination"],
             registry=self.registry,
         )
         self._run_seconds = Histogram(
@@ -71,6 +73,29 @@ class HandsMetrics:
             "Wall-clock time of sandboxed runs (executed or replayed), start to end",
             ["termination"],
             buckets=RUN_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self._dispatch_wait = Histogram(
+            "brainhands_hands_dispatch_wait_seconds",
+            "From a dispatch's publication (the NATS server's clock) to its delivery to "
+            "this Hands (this host's clock)",
+            buckets=WAIT_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self._sandbox_start = Histogram(
+            "brainhands_hands_sandbox_start_seconds",
+            "From asking the sandbox to run an operation to the run's start",
+            buckets=WAIT_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self._slots = Gauge(
+            "brainhands_hands_slots",
+            "Operations this process runs at once at most (its concurrency)",
+            registry=self.registry,
+        )
+        self._slots_in_use = Gauge(
+            "brainhands_hands_slots_in_use",
+            "Operations this process is handling now",
             registry=self.registry,
         )
         self._pending = Gauge(
@@ -118,20 +143,33 @@ class HandsMetrics:
 
     # -- fed by the executor -----------------------------------------------------------
 
-    def observe(self, result: OperationResult, seconds: float | None = None) -> None:
-        """A result this process wrote. Its run time is ``seconds`` if given, else taken
-        from the result's ``started_at``/``finished_at`` for executed or replayed runs."""
+    def observe(self, result: OperationResult, *, tool: str, seconds: float | None = None) -> None:
+        """A result of ``tool`` this process wrote. Its run time is ``seconds`` if given,
+        else taken from ``started_at``/``finished_at`` for executed or replayed runs."""
         termination = result.termination or NO_TERMINATION
-        self._operations.labels(status_of(result), termination).inc()
+        self._operations.labels(tool, status_of(result), termination).inc()
         ran = result.path in {"executed", "replayed"}
         if seconds is None and ran and result.started_at is not None:
             seconds = (result.finished_at - result.started_at).total_seconds()
         if seconds is not None:
             self._run_seconds.labels(termination).observe(max(seconds, 0.0))
 
-    def parked(self) -> None:
-        """An operation this process left ``uncertain`` for an operator."""
-        self._operations.labels("uncertain", NO_TERMINATION).inc()
+    def parked(self, tool: str) -> None:
+        """An operation of ``tool`` this process left ``uncertain`` for an operator."""
+        self._operations.labels(tool, "uncertain", NO_TERMINATION).inc()
+
+    def delivered(self, waited: float) -> None:
+        """A dispatch reached this Hands ``waited`` seconds after its publication."""
+        self._dispatch_wait.observe(max(waited, 0.0))
+
+    def sandbox_started(self, seconds: float) -> None:
+        """A run started ``seconds`` after this process asked the sandbox for it."""
+        self._sandbox_start.observe(max(seconds, 0.0))
+
+    def slots(self, total: int, in_use: Callable[[], float]) -> None:
+        """This process's concurrency, and how to count the slots in use at scrape time."""
+        self._slots.set(total)
+        self._slots_in_use.set_function(in_use)
 
     def refused(self, kind: str, reason: str) -> None:
         """A message the store does not back (a forged, stale or foreign one)."""
@@ -153,18 +191,17 @@ class HandsMetrics:
         """Read the gauges: the queue (when there is a bus) and running containers."""
         await asyncio.gather(self._refresh_queue(bus), self._refresh_containers(sandbox))
 
-    def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """The exposition in the format ``accept`` asks for: (body, content type)."""
-        encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
-
     async def _refresh_queue(self, bus: Bus | None) -> None:
         pending = ack_pending = oldest = math.nan
         if bus is not None:
             try:
                 async with asyncio.timeout(READ_TIMEOUT_S):
-                    pending, ack_pending = await _queue_depth(bus)
-                    oldest = await _oldest_age(bus)
+                    backlog = await DispatchBacklog.read(bus)
+                pending, ack_pending, oldest = (
+                    backlog.pending,
+                    backlog.ack_pending,
+                    backlog.oldest_age,
+                )
             except (TimeoutError, nats.errors.Error, OSError) as error:
                 log.warning("metrics: cannot read the dispatch queue: %s", error)
                 self._scrape_errors.labels("bus").inc()
@@ -189,33 +226,3 @@ def status_of(result: OperationResult) -> str:
     if result.termination == Termination.CANCELLED.value:
         return "cancelled"
     return "succeeded" if result.succeeded else "failed"
-
-
-async def _queue_depth(bus: Bus) -> tuple[float, float]:
-    """(pending, ack pending) of the shared consumer; before any Hands created it, every
-    message in the work-queue stream is pending."""
-    stream = bus.stream(DISPATCH_STREAM)
-    try:
-        info = await bus.js.consumer_info(stream, CONSUMER)
-    except nats.js.errors.NotFoundError:
-        stream_info = await bus.js.stream_info(stream)
-        return float(stream_info.state.messages), 0.0
-    return float(info.num_pending or 0), float(info.num_ack_pending or 0)
-
-
-async def _oldest_age(bus: Bus) -> float:
-    """Seconds since the first message of the work-queue stream (acknowledged dispatches
-    are removed from it, so the first one is the oldest waiting or in flight) was
-    published, by the server's timestamp and this host's clock (an approximation across
-    hosts: a scaling signal, never a decision)."""
-    stream = bus.stream(DISPATCH_STREAM)
-    state = (await bus.js.stream_info(stream)).state
-    if not state.messages:
-        return 0.0
-    try:
-        first = await bus.js.get_msg(stream, seq=state.first_seq, next=True)
-    except nats.js.errors.NotFoundError:
-        return 0.0  # taken meanwhile
-    if first.time is None:
-        return math.nan
-    return max(0.0, time.time() - first.time.timestamp())

@@ -32,6 +32,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
+from bus.backlog import HANDS_CONSUMER
 from contracts import BrainhandsError, OperationMismatch
 from contracts.model import Frozen
 from contracts.tool import Cancellation, Dispatch, ResultEvent
@@ -40,7 +41,7 @@ from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-CONSUMER = "hands"
+CONSUMER = HANDS_CONSUMER
 
 
 class ConsumerSettings(Frozen):
@@ -72,6 +73,7 @@ class HandsService:
         self._stopping = asyncio.Event()
         self._subscriptions: list[Any] = []
         self.handled = 0
+        executor.metrics.slots(settings.concurrency, lambda: self._busy)
 
     async def __aenter__(self) -> HandsService:
         return self
@@ -224,6 +226,9 @@ class HandsService:
             await cancel_and_wait(keepalive)
 
     async def _process(self, message: Msg) -> None:
+        published = message.metadata.timestamp
+        if message.metadata.num_delivered == 1 and published is not None:
+            self.executor.metrics.delivered(time.time() - published.timestamp())
         try:
             dispatch = Dispatch.model_validate_json(message.data)
         except ValidationError as error:

@@ -14,7 +14,9 @@ import typer
 from contracts import BrainhandsError
 from coordination import redis_client
 from scheduler.assembly import Connections, build
+from scheduler.metrics import SchedulerMetrics
 from scheduler.service import SchedulerSettings
+from webapi.exposition import Scrape
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
 app = typer.Typer(add_completion=False)
@@ -75,7 +77,9 @@ async def _serve(
         if scheduler.bus is not None:
             checks["nats"] = scheduler.bus.check
         probes = Probes("scheduler", checks, alive=lambda: not running.done())
-        async with serve(probes, host=probe_at[0], port=probe_at[1]):
+        metrics = SchedulerMetrics(scheduler)
+        scrape = Scrape(metrics.registry, metrics.refresh)
+        async with serve(probes, host=probe_at[0], port=probe_at[1], metrics=scrape):
             # a signal, or a loop's unexpected error (then re-raised by ``await running``)
             await until_stopped(stop, running)
         await scheduler.shutdown()

@@ -13,7 +13,8 @@ Both are open (orchestrators probe without tokens) and say only the service, its
 id (``runtime.build``), each check's name, pass or fail and the error's class — no
 addresses, no messages; the full error is logged.
 The APIs mount ``router()``; the workers (Brain, Hands, scheduler) serve ``app()`` on
-``BH_PROBE_PORT`` when it is set (``serve``).
+``BH_PROBE_PORT`` when it is set (``serve``), with their ``/metrics`` beside the probes
+behind the scrape token (``webapi.exposition``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from starlette.applications import Starlette
@@ -33,6 +34,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from runtime.build import build_id
+from webapi.auth import BearerAuth
+from webapi.exposition import Scrape, scrape_grants
 from webapi.server import serving
 
 log = logging.getLogger(__name__)
@@ -117,13 +120,23 @@ class Probes:
 
 
 @contextlib.asynccontextmanager
-async def serve(probes: Probes, *, host: str, port: int | None) -> AsyncIterator[str | None]:
-    """Serve ``probes`` on ``host:port`` for the block (not at all when ``port`` is None);
+async def serve(
+    probes: Probes, *, host: str, port: int | None, metrics: Scrape | None = None
+) -> AsyncIterator[str | None]:
+    """Serve ``probes`` on ``host:port`` for the block (not at all when ``port`` is None),
+    and ``metrics`` on ``/metrics`` behind the scrape token (``webapi.exposition``);
     the base URL."""
     if port is None:
         yield None
         return
-    async with serving(probes.app(), host=host, port=port) as url:
+    app: Any = probes.app()
+    grants = scrape_grants() if metrics is not None else ()
+    if metrics is not None and grants:
+        app.router.routes.append(metrics.route())
+        app = BearerAuth(app, grants=grants, realm=probes.service)
+    elif metrics is not None:
+        log.info("%s: no /metrics (set BH_METRICS_TOKEN to serve them)", probes.service)
+    async with serving(app, host=host, port=port) as url:
         log.info("%s: probes on %s/livez and /readyz", probes.service, url)
         yield url
 

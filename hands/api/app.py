@@ -29,6 +29,7 @@ from hands.sandbox import Sandbox
 from session_store import SessionStore
 from webapi import errors
 from webapi.auth import Access, BearerAuth, Grant, grants_of
+from webapi.exposition import render
 from webapi.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from webapi.scopes import needs
 
@@ -108,7 +109,7 @@ def _metrics_router(context: ApiContext) -> APIRouter:
     ) -> Response:
         """Prometheus metrics of this process (see ``hands.metrics``)."""
         await context.metrics.refresh(sandbox=context.sandbox, bus=context.bus)
-        body, content_type = context.metrics.render(request.headers.get("accept"))
+        body, content_type = render(context.metrics.registry, request.headers.get("accept"))
         return Response(body, media_type=content_type)
 
     return router

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ import docker.errors  # type: ignore[import-untyped]
 import requests
 
 from contracts import InvalidInput, StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 _ICC = "com.docker.network.bridge.enable_icc"
 _MASQUERADE = "com.docker.network.bridge.enable_ip_masquerade"
@@ -54,22 +57,31 @@ async def remove_egress_network(*, docker_url: str, name: str, api_timeout: floa
 
 def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
     """The engine's duplicate check is not atomic: Hands starting together on one host
-    can each create a network called ``name``. A network is therefore always used by its
-    id: one that creates a network keeps it, one that finds several takes the oldest.
-    None is removed here: a twin another Hands uses cannot be told from an idle one, and
-    each bridge has its own firewall chain, so twins are harmless."""
+    can each create a network called ``name``, and then the engine refuses to start a
+    container on either, even one named by its full id (Docker 20.10: "network … is
+    ambiguous"). So every Hands takes the oldest network of the name and removes the
+    other ones; the engine refuses to remove a network a container uses, so a twin in
+    use stays (and is logged), and none that is idle outlives this call."""
     with _client(docker_url, api_timeout) as api:
-        called = sorted(_called(api, name), key=_age)
-        if called:
-            return _described(api.inspect_network(called[0]["Id"]))
-        created = api.create_network(
-            name,
-            driver="bridge",
-            internal=True,
-            options={_ICC: "false", _MASQUERADE: "false"},
-            labels={LABEL_EGRESS: "1"},
-        )
-        return _described(api.inspect_network(created["Id"]))
+        called = _called(api, name)
+        if not called:
+            api.create_network(
+                name,
+                driver="bridge",
+                internal=True,
+                options={_ICC: "false", _MASQUERADE: "false"},
+                labels={LABEL_EGRESS: "1"},
+            )
+            called = _called(api, name)
+        oldest, *twins = sorted(called, key=_age)
+        for twin in twins:
+            try:
+                api.remove_network(twin["Id"])
+            except docker.errors.NotFound:
+                pass  # another Hands removed it first
+            except docker.errors.APIError as error:
+                log.warning("egress network %s: a twin stays: %s", name, error)
+        return _described(api.inspect_network(oldest["Id"]))
 
 
 def _called(api: Any, name: str) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """Several Hands share one egress network by name and may start at the same moment: the
 engine's duplicate check is not atomic, so two of them can create two networks of the
-same name, and then every lookup by name is ambiguous. A Hands keeps the network it
-created, one that finds several takes the oldest, and each uses its network by id."""
+same name, and then the engine refuses to start a container on either — even one named by
+its full id (Docker 20.10: "network … is ambiguous"). Every Hands takes the oldest and
+removes the empty twins, so one network of the name is left and containers start on it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import docker  # type: ignore[import-untyped]
 import pytest
 
 from hands.egress.network import ensure_egress_network, remove_egress_network
+from tests.support.images import tool_images
 
 DOCKER = "unix:///var/run/docker.sock"
 
@@ -47,7 +49,20 @@ def _named(engine: Any, name: str) -> list[str]:
     return [n["Id"] for n in engine.networks(names=[name]) if n["Name"] == name]
 
 
-async def test_of_two_networks_of_one_name_the_oldest_is_taken_and_none_removed(
+def _starts_on(engine: Any, network: str) -> None:
+    """A container joins ``network`` (by id, as the sandbox names it) and runs."""
+    image = tool_images()["brainhands/base:bookworm"]
+    container = engine.create_container(
+        image, command=["true"], host_config=engine.create_host_config(network_mode=network)
+    )
+    try:
+        engine.start(container)
+        assert engine.wait(container, timeout=60)["StatusCode"] == 0
+    finally:
+        engine.remove_container(container, force=True)
+
+
+async def test_of_two_networks_of_one_name_the_oldest_is_taken_and_the_twin_removed(
     engine: Any, name: str
 ) -> None:
     first, second = _twin(engine, name), _twin(engine, name)
@@ -55,7 +70,9 @@ async def test_of_two_networks_of_one_name_the_oldest_is_taken_and_none_removed(
     network = await ensure_egress_network(docker_url=DOCKER, name=name)
 
     assert network.id == first
-    assert set(_named(engine, name)) == {first, second}
+    assert _named(engine, name) == [first]
+    _starts_on(engine, network.id)
+    assert second not in {n["Id"] for n in engine.networks()}
     await remove_egress_network(docker_url=DOCKER, name=name)
     assert _named(engine, name) == []
 
@@ -67,9 +84,11 @@ async def test_hands_starting_together_each_get_a_network_they_can_use(
         networks = await asyncio.gather(
             *(ensure_egress_network(docker_url=DOCKER, name=name) for _ in range(4))
         )
-        for network in networks:
-            inspected = engine.inspect_network(network.id)
-            assert inspected["Name"] == name and inspected["Internal"]
+        assert {network.id for network in networks} == set(_named(engine, name))
+        assert len(_named(engine, name)) == 1
+        inspected = engine.inspect_network(networks[0].id)
+        assert inspected["Name"] == name and inspected["Internal"]
+        _starts_on(engine, networks[0].id)
         later = await ensure_egress_network(docker_url=DOCKER, name=name)
         assert later.id in {n.id for n in networks}
         await remove_egress_network(docker_url=DOCKER, name=name)

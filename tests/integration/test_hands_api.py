@@ -26,13 +26,13 @@ from typer.testing import CliRunner
 from bh import ops_commands, tools_commands
 from bh.hands_client import HandsClient
 from bus import CANCEL_SUBJECT, Bus, dispatch_subject
+from bus.backlog import HANDS_CONSUMER as METRICS_CONSUMER
 from contracts import AlreadyExists, NotFound, Operation, OperationStatus, ReplayPolicy
 from contracts.errors import Unauthorized
 from contracts.tool import LABEL_PREFIX, RECIPE_LABEL, Cancellation, Dispatch, ResultEvent
 from hands.api.app import create_app
 from hands.executor import Executor
 from hands.labels import ToolCaps
-from hands.metrics import CONSUMER as METRICS_CONSUMER
 from hands.metrics import HandsMetrics
 from hands.sandbox import RunState
 from hands.sandbox.process import ProcessSandbox
@@ -114,7 +114,7 @@ class Api:
     async def run(self, operation_id: str, tool: str = "act", **args: Any) -> None:
         result = await self.executor.handle(dispatch(operation_id, tool, **args))
         assert result is not None
-        self.metrics.observe(result)  # the executor's own call, once the lead wires it
+        self.metrics.observe(result, tool=tool)  # the executor's own call, once the lead wires it
 
     def client(self, token: str = TOKEN) -> HandsClient:
         return HandsClient(self.url, token)
@@ -437,8 +437,9 @@ async def test_metrics_count_operations_by_status_and_termination(api: Api) -> N
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    assert 'brainhands_hands_operations_total{status="succeeded",termination="exited"} 2.0' in text
-    assert 'brainhands_hands_operations_total{status="failed",termination="exited"} 1.0' in text
+    operations = "brainhands_hands_operations_total"
+    assert f'{operations}{{status="succeeded",termination="exited",tool="act"}} 2.0' in text
+    assert f'{operations}{{status="failed",termination="exited",tool="act"}} 1.0' in text
     assert 'brainhands_hands_run_seconds_count{termination="exited"} 3.0' in text
     assert "brainhands_hands_containers_running 0.0" in text
     assert "brainhands_hands_queue_pending NaN" in text  # no bus

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 
 from runtime.build import build_id
@@ -24,7 +25,8 @@ from tests.support.http_server import free_port
 from tests.support.processes import python_module
 from tests.support.services import require
 from tests.support.tcp_gate import TcpGate
-from webapi.probes import Probes
+from webapi.exposition import Scrape
+from webapi.probes import Probes, serve
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats]
 
@@ -160,3 +162,28 @@ async def _until(
             return bodies
         await asyncio.sleep(0.3)
     raise AssertionError(f"not as wanted in 45 s: {bodies}")
+
+
+async def test_a_workers_metrics_need_the_scrape_token_and_are_absent_without_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = CollectorRegistry()
+    Counter("brainhands_example", "an example", registry=registry).inc()
+    probes = Probes("brain", {})
+    token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("BH_METRICS_TOKEN", token)
+    served = serve(probes, host="127.0.0.1", port=free_port(), metrics=Scrape(registry))
+    async with served as url, httpx.AsyncClient(base_url=str(url)) as http:
+        assert (await http.get("/livez")).status_code == 200  # the probes stay open
+        refused = await http.get("/metrics")
+        assert refused.status_code == 401 and "example" not in refused.text
+        wrong = await http.get("/metrics", headers={"Authorization": "Bearer " + "x" * 24})
+        assert wrong.status_code == 401
+        scraped = await http.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert scraped.status_code == 200
+        assert "brainhands_example_total 1.0" in scraped.text
+    monkeypatch.delenv("BH_METRICS_TOKEN")
+    served = serve(probes, host="127.0.0.1", port=free_port(), metrics=Scrape(registry))
+    async with served as url, httpx.AsyncClient(base_url=str(url)) as http:
+        assert (await http.get("/metrics")).status_code == 404  # never open metrics
+        assert (await http.get("/readyz")).status_code == 200

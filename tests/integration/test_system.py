@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from tests.support.images import tool_images
 from tests.support.processes import ROOT
-from tests.support.services import require
+from tests.support.services import missing, require
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ def system_env(tmp_path: Path) -> dict[str, str]:
     require("BH_REDIS_URL", "Redis")
     require("BH_NATS_URL", "NATS JetStream")
     env = {**os.environ, "BH_DEV_HOME": str(tmp_path / "dev"), "COLUMNS": "200"}
-    for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN"):
+    for name in ("BH_STORE_URL", "BH_SESSION_API_TOKEN", "BH_HANDS_API_TOKEN", "BH_METRICS_TOKEN"):
         env.pop(name, None)
     return env
 
@@ -116,7 +117,8 @@ def _doctor_passes_then_names_what_fails(exported: Path, env: dict[str, str]) ->
 @pytest.mark.docker
 def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) -> None:
     """``bh up --example five-emails``: the example's email service and model beside the
-    system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``."""
+    system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``; then
+    every service's metrics pass ``promtool check metrics`` and count what happened."""
     env = system_env(tmp_path)
     tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
     started = bh(
@@ -145,5 +147,61 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
         checked = bh("doctor", "--tool", "send_email", "--args", probe, env=env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "probe operation" in checked.stdout and "FAIL" not in checked.stdout
+        _every_service_exports_metrics(env, tmp_path)
     finally:
         bh("down", env=env)
+
+
+def _every_service_exports_metrics(env: dict[str, str], tmp_path: Path) -> None:
+    """Each process's ``/metrics`` (the APIs' behind their tokens, the workers' beside
+    their probes behind the scrape token) passes ``promtool check metrics`` and shows the
+    five emails: model calls and tokens, results applied, operations by tool, wakes."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        missing("promtool is not installed (Debian's prometheus package; scripts/test installs it)")
+    apis = {
+        "session-api": (env["BH_SESSION_API_URL"], env["BH_SESSION_API_TOKEN"]),
+        "hands-api": (env["BH_HANDS_API_URL"], env["BH_HANDS_API_TOKEN"]),
+    }
+    workers = {
+        url.rpartition(":")[2]: (url, env["BH_METRICS_TOKEN"])
+        for url in env["BH_PROBE_URLS"].split()
+    }
+    scraped: dict[str, str] = {}
+    for name, (url, token) in {**apis, **workers}.items():
+        assert httpx.get(f"{url}/metrics").status_code == 401, name
+        response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, (name, response.text)
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=response.text, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, (name, checked.stdout + checked.stderr)
+        scraped[name] = response.text
+    text = "\n".join(scraped.values())
+    (tmp_path / "metrics.txt").write_text(text)
+    values = _samples(text)
+    assert values['brainhands_model_calls_total{model="scripted-notices",outcome="ok"}'] >= 2
+    assert values['brainhands_model_tokens_total{model="scripted-notices",type="input"}'] > 0
+    assert values["brainhands_brain_results_applied_total"] >= 5
+    assert values["brainhands_brain_result_apply_seconds_count"] >= 5
+    assert values["brainhands_brain_wake_start_seconds_count"] >= 1
+    assert values['brainhands_brain_drives_total{outcome="driven"}'] >= 1
+    sent = '{status="succeeded",termination="exited",tool="send_email"}'
+    assert values[f"brainhands_hands_operations_total{sent}"] >= 5
+    assert values["brainhands_hands_sandbox_start_seconds_count"] >= 5
+    assert values["brainhands_hands_dispatch_wait_seconds_count"] >= 5
+    assert values['brainhands_scheduler_wakes_total{cause="result"}'] >= 5
+    assert values['brainhands_dispatch_backlog{state="pending"}'] == 0
+    for capacity in ("brainhands_brain_slots", "brainhands_hands_slots"):
+        assert values[capacity] > 0
+
+
+def _samples(text: str) -> dict[str, float]:
+    """``name{labels} value`` lines of an exposition, summed over the processes (labels
+    sorted by name, as the client writes them)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            values[series] = values.get(series, 0.0) + float(value)
+    return values

@@ -1,0 +1,118 @@
+"""Prometheus metrics of a scheduler, served on its probe port (``webapi.exposition``).
+
+The scheduler runs whether or not any Hands does, so it reports the dispatch work
+queue's backlog (``bus.backlog``) for an autoscaler that must scale the Hands from zero;
+the wake queues' backlog is the Session API's (``session_api.metrics``).
+
+===================================================  =======  ==============================
+metric                                               type     labels
+===================================================  =======  ==============================
+``brainhands_scheduler_wakes_total``                 counter  ``cause`` (result, timer,
+                                                              lapsed, reconcile)
+``brainhands_scheduler_reconcile_passes_total``      counter
+``brainhands_scheduler_dispatches_reissued_total``   counter
+``brainhands_scheduler_results_refused_total``       counter  (events the store does not back)
+``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
+``brainhands_dispatch_oldest_age_seconds``           gauge
+``brainhands_scheduler_scrape_errors_total``         counter  ``source`` (``bus``)
+===================================================  =======  ==============================
+
+``cause="lapsed"`` counts leases whose holder let them lapse (a Brain died mid-drive):
+each one's session is woken at once. When NATS does not answer, the scrape has no
+backlog series (not stale numbers) and the error is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import nats.errors
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bus.backlog import DispatchBacklog
+
+if TYPE_CHECKING:
+    from scheduler.service import Scheduler
+
+log = logging.getLogger(__name__)
+
+#: How long a scrape waits for NATS.
+READ_TIMEOUT_S: Final = 2.0
+
+
+class SchedulerMetrics(Collector):
+    """The scheduler's own counts, read at scrape time, and the dispatch backlog as of
+    the last ``refresh``."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.registry = CollectorRegistry()
+        self._backlog: DispatchBacklog | None = None
+        self._errors = Counter(
+            "brainhands_scheduler_scrape_errors",
+            "Gauges that could not be read at scrape time, by source",
+            ["source"],
+            registry=self.registry,
+        )
+        self.registry.register(self)
+
+    async def refresh(self) -> None:
+        self._backlog = None
+        bus = self.scheduler.bus
+        if bus is None:
+            return
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                self._backlog = await DispatchBacklog.read(bus)
+        except (TimeoutError, nats.errors.Error, OSError) as error:
+            log.warning("metrics: cannot read the dispatch queue: %s", error)
+            self._errors.labels("bus").inc()
+
+    def collect(self) -> Iterator[Metric]:
+        scheduler = self.scheduler
+        wakes = CounterMetricFamily(
+            "brainhands_scheduler_wakes",
+            "Wakes this scheduler asked for, by cause (lapsed: a lease whose holder let it lapse)",
+            labels=["cause"],
+        )
+        for cause in ("result", "timer", "lapsed", "reconcile"):
+            wakes.add_metric([cause], scheduler.woken[cause])
+        yield wakes
+        yield CounterMetricFamily(
+            "brainhands_scheduler_reconcile_passes",
+            "Reconciler passes this scheduler ran",
+            value=scheduler.passes,
+        )
+        yield CounterMetricFamily(
+            "brainhands_scheduler_dispatches_reissued",
+            "Dispatches published again from the store's committed intents",
+            value=scheduler.reissued,
+        )
+        yield CounterMetricFamily(
+            "brainhands_scheduler_results_refused",
+            "Result events refused: the store holds no such result (forged or foreign)",
+            value=scheduler.refused,
+        )
+        backlog = self._backlog
+        if backlog is None:
+            return
+        depth = GaugeMetricFamily(
+            "brainhands_dispatch_backlog",
+            "Dispatches in the work queue: pending (not yet delivered to any Hands) and "
+            "in_flight (delivered, not yet acknowledged)",
+            labels=["state"],
+        )
+        depth.add_metric(["pending"], backlog.pending)
+        depth.add_metric(["in_flight"], backlog.ack_pending)
+        yield depth
+        yield GaugeMetricFamily(
+            "brainhands_dispatch_oldest_age_seconds",
+            "Seconds since the oldest dispatch still in the work queue was published "
+            "(0 when empty)",
+            value=backlog.oldest_age,
+        )
