@@ -16,6 +16,7 @@ file                     what
                          file, for the services
 ``session-api.tokens``,  an admin token of each API (``webapi.auth``'s tokens files)
 ``hands-api.tokens``
+``metrics.tokens``       the workers' scrape token (a read token; ``webapi.exposition``)
 ``hands.secret``         the key of the Hands' egress proxy tokens
 ``hands.credentials``    headers the egress proxy adds per destination: ``{}``, yours
 =======================  ==============================================================
@@ -122,6 +123,9 @@ _FILES: Final[Mapping[str, Callable[[Path], str]]] = {
     "store.credentials": _store_credentials,
     "session-api.tokens": _tokens,
     "hands-api.tokens": _tokens,
+    "metrics.tokens": lambda _: json.dumps(
+        {"tokens": [{"name": "prometheus", "token": _token(), "access": "read"}]}
+    ),
     "hands.secret": lambda _: secrets.token_hex(32),
     "hands.credentials": lambda _: "{}",
 }

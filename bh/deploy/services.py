@@ -14,7 +14,8 @@ Conventions every output follows:
   environment is the model's API key, which the model client reads from nowhere else.
 - Each NATS user is the service's role (``bh.devstack.auth.ROLES``, docs/security.md).
 - Workers serve ``/livez`` and ``/readyz`` on ``BH_PROBE_PORT`` (8081 in a container;
-  ``bh up`` gives each process its own port), the APIs on their API port.
+  ``bh up`` gives each process its own port), the APIs on their API port; the workers'
+  ``/metrics`` are beside their probes, behind the scrape token (``metrics.tokens``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ REDIS = setting(
 PROBES = (
     fixed("BH_PROBE_PORT", str(PROBE_PORT)),
     fixed("BH_PROBE_HOST", "0.0.0.0", local=None),  # bh up: loopback
+    # the scrape token of the workers' /metrics, beside their probes (webapi.exposition)
+    secret_file("BH_METRICS_TOKENS_FILE", "metrics.tokens", local="BH_METRICS_TOKEN"),
 )
 MODEL = (
     # bh up sets these only for an example (its scripted model server)

@@ -182,9 +182,9 @@ def test_the_compose_check_catches_drift() -> None:
         "compose scheduler-1: probes {'ready': ('/readyz', 9)}, the table says "
         "{'ready': ('/readyz', 8081)}",
         "compose hands: BH_HANDS_SECRET_FILE is missing",
-        "compose hands: secrets ['hands.credentials', 'nats-hands.pass', 'store.credentials'], "
-        "the table says ['hands.credentials', 'hands.secret', 'nats-hands.pass', "
-        "'store.credentials']",
+        "compose hands: secrets ['hands.credentials', 'metrics.tokens', 'nats-hands.pass', "
+        "'store.credentials'], the table says ['hands.credentials', 'hands.secret', "
+        "'metrics.tokens', 'nats-hands.pass', 'store.credentials']",
     ]
 
 
