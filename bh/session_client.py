@@ -134,8 +134,20 @@ class SessionApiClient(ApiClient):
         params = {} if queue is None else {"queue": queue}
         return self._parse(Inbox, await self._request("GET", "/v1/questions", params=params))
 
-    async def sessions(self, *, limit: int | None = None) -> SessionList:
-        params = {} if limit is None else {"limit": str(limit)}
+    async def sessions(
+        self,
+        *,
+        limit: int | None = None,
+        every: bool = False,
+        status: str | None = None,
+        prefix: str = "",
+        after: str | None = None,
+    ) -> SessionList:
+        """The active sessions, or with ``every`` all of them (``GET /v1/sessions``)."""
+        given = {"limit": limit, "status": status, "prefix": prefix or None, "after": after}
+        params = {name: str(value) for name, value in given.items() if value is not None}
+        if every:
+            params["all"] = "true"
         return self._parse(SessionList, await self._request("GET", "/v1/sessions", params=params))
 
     async def session(

@@ -53,6 +53,7 @@ from session_api.views import (
     AnswerRequest,
     OperationView,
     PreviewView,
+    SessionStatus,
     SessionSummary,
     SessionView,
     SubmissionView,
@@ -326,25 +327,49 @@ def questions(
 @app.command()
 def sessions(
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every session, finished ones too, by id (page on with --after)."
+        ),
+    ] = False,
+    status: Annotated[
+        SessionStatus | None, typer.Option(help="Only sessions in this state.")
+    ] = None,
+    prefix: Annotated[str, typer.Option(help="Only sessions whose id begins so.")] = "",
+    after: Annotated[
+        str | None, typer.Option(help="With --all: the session id the last page ended at.")
+    ] = None,
     api_url: ApiUrl = None,
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
-    """List the sessions that may have work left, newest first (finished sessions are
-    not listed: bh show SESSION reads any)."""
-    found = run_client(SessionApiClient, api_url, token, lambda api: api.sessions(limit=limit))
+    """List the sessions that may have work left, newest first; with --all every
+    session, by id."""
+    found = run_client(
+        SessionApiClient,
+        api_url,
+        token,
+        lambda api: api.sessions(
+            limit=limit,
+            every=every,
+            status=None if status is None else status.value,
+            prefix=prefix,
+            after=after,
+        ),
+    )
     if as_json:
         print_json(found)
         return
     if not found.sessions:
-        console.print(
-            "no session has work left. Finished sessions are not listed: "
-            "bh show SESSION reads any session.",
-            highlight=False,
-        )
+        shown = "no session matches" if every or status or prefix else "no session has work left"
+        hint = "" if every else " Finished sessions are listed with --all."
+        console.print(f"{shown}.{hint}", highlight=False)
         return
     console.print(sessions_table(found.sessions))
-    if found.truncated:
+    if found.next_after is not None:
+        errors.print(f"[yellow]more sessions[/]: the next page is --all --after {found.next_after}")
+    elif found.truncated:
         errors.print("[yellow]more sessions are active[/]: raise --limit")
 
 
@@ -703,7 +728,16 @@ def entries_table(view: SessionView) -> Table:
 
 def sessions_table(found: list[SessionSummary]) -> Table:
     table = Table(title="sessions")
-    columns = ("session", "seq", "holder", "open tasks", "open submissions", "input", "blocked")
+    columns = (
+        "session",
+        "state",
+        "seq",
+        "holder",
+        "open tasks",
+        "open submissions",
+        "input",
+        "blocked",
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
     table.add_column("updated")
@@ -711,6 +745,7 @@ def sessions_table(found: list[SessionSummary]) -> Table:
         updated = f"{s.updated_at:%Y-%m-%d %H:%M:%S}" if s.updated_at else (s.problem or "")
         table.add_row(
             s.session_id,
+            "active" if s.active else "finished",
             str(s.seq),
             s.holder or "",
             str(s.open_tasks),

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Query
 from contracts import BrainhandsError, InvalidInput
 from session_api.context import ApiContext
 from session_api.describe import open_questions
-from session_api.sessions import LOADS, SCAN_FACTOR, LimitParam, Reader
+from session_api.listing import LOADS, SCAN_FACTOR
+from session_api.sessions import LimitParam, Reader
 from session_api.views import Inbox, InboxItem
 from session_store import SessionStore
 from webapi.auth import Grant

@@ -10,8 +10,6 @@ reconciler finds the work from the store.
 
 from __future__ import annotations
 
-import asyncio
-from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -20,7 +18,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from contracts import (
     AlreadyExists,
-    BrainhandsError,
     Identifier,
     InvalidInput,
     NotFound,
@@ -28,7 +25,8 @@ from contracts import (
 )
 from contracts.errors import ErrorBody
 from session_api.context import ApiContext
-from session_api.describe import control_body, session_summary, session_view, submission_view
+from session_api.describe import control_body, session_view, submission_view
+from session_api.listing import Listing, check_paging
 from session_api.stream import SessionStream
 from session_api.views import (
     AnswerRequest,
@@ -39,7 +37,7 @@ from session_api.views import (
     ForkView,
     InputPolicyRequest,
     SessionList,
-    SessionSummary,
+    SessionStatus,
     SessionView,
     SubmissionView,
     SubmitRequest,
@@ -51,10 +49,7 @@ from webapi.scopes import check_session, needs
 
 DEFAULT_ENTRIES: Final = 20
 MAX_ENTRIES: Final = 500
-#: Sessions loaded at once when listing.
-LOADS: Final = 8
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
-_NEVER: Final = datetime.min.replace(tzinfo=UTC)
 
 SessionId = Annotated[Identifier, Path(description="The session's id.")]
 EntriesParam = Annotated[
@@ -67,8 +62,6 @@ LimitParam = Annotated[
 
 Reader = Annotated[Grant, needs(Access.READ)]
 Operator = Annotated[Grant, needs(Access.OPERATE)]
-#: A restricted token's list scans this many times its limit of the active index.
-SCAN_FACTOR: Final = 10
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such session, submission or task"},
@@ -162,13 +155,36 @@ def sessions_router(context: ApiContext) -> APIRouter:
         return body
 
     @router.get("")
-    async def list_sessions(grant: Reader, limit: LimitParam = None) -> SessionList:
-        """Sessions of the active index (they may have work left) that the token covers,
-        newest first."""
+    async def list_sessions(
+        grant: Reader,
+        limit: LimitParam = None,
+        every: Annotated[
+            bool,
+            Query(
+                alias="all",
+                description="Every session (finished ones too), in id order, paged with "
+                "`after`; without: the sessions that may have work left, newest first.",
+            ),
+        ] = False,
+        status: Annotated[
+            SessionStatus | None, Query(description="Only sessions in this state.")
+        ] = None,
+        prefix: Annotated[
+            str, Query(max_length=200, description="Only sessions whose id begins so.")
+        ] = "",
+        after: Annotated[
+            str | None,
+            Query(max_length=200, description="With all: the `next_after` of the last page."),
+        ] = None,
+    ) -> SessionList:
+        """Sessions the token covers: those that may have work left, newest first, or
+        with ``all`` every session in id order; ``status`` and ``prefix`` narrow it."""
         bound = context.list_limit
         if limit is not None and limit > bound:
             raise InvalidInput(f"limit {limit} is above this API's bound {bound}", field="limit")
-        return await _list(context.store, limit or bound, grant)
+        check_paging(every, after)
+        listing = Listing(context.store, grant, limit=limit or bound, status=status, prefix=prefix)
+        return await (listing.every(after) if every else listing.active())
 
     @router.get("/{session_id}", responses=_ERRORS)
     async def get_session(
@@ -367,32 +383,3 @@ def _cancel_target(body: CancelRequest) -> tuple[str, str]:
             field="task_id",
         ) from None
     return "cancel_tasks", body.task_id
-
-
-async def _list(store: SessionStore, limit: int, grant: Grant) -> SessionList:
-    scan = limit * SCAN_FACTOR if grant.restricted else limit
-    scanned, complete = await store.some_active_sessions(scan)
-    covered = [session_id for session_id in scanned if grant.covers(session_id)]
-    session_ids = covered[:limit]
-    complete = complete and len(covered) <= limit
-    loads = asyncio.Semaphore(LOADS)
-
-    async def summary(session_id: str) -> SessionSummary:
-        async with loads:
-            try:
-                handle = await store.session(session_id)
-            except BrainhandsError as error:  # one bad session must not hide the others
-                return SessionSummary(
-                    session_id=session_id,
-                    seq=0,
-                    active=True,
-                    open_tasks=0,
-                    open_submissions=0,
-                    blocked=0,
-                    problem=f"{error.code}: {error.message}",
-                )
-        return session_summary(handle.state)
-
-    found = await asyncio.gather(*(summary(session_id) for session_id in session_ids))
-    ordered = sorted(found, key=lambda s: s.updated_at or _NEVER, reverse=True)
-    return SessionList(sessions=ordered, truncated=not complete)

@@ -9,6 +9,7 @@ The same task, submission and entry views appear in a session's view and in the
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Final, Literal
 
 from pydantic import Field, JsonValue
@@ -375,11 +376,23 @@ class SessionSummary(Frozen):
     problem: str | None = None
 
 
+class SessionStatus(StrEnum):
+    """What a list of sessions may be narrowed to."""
+
+    ACTIVE = "active"
+    FINISHED = "finished"
+    BLOCKED = "blocked"
+    WAITING_FOR_INPUT = "waiting_for_input"
+
+
 class SessionList(Frozen):
-    """Sessions of the active index; ``truncated``: it holds more than ``limit``."""
+    """Sessions of the active index (or, listing every session, of the directory);
+    ``truncated``: there are more than ``limit``; ``next_after``: listing every session,
+    the ``after`` of the next page."""
 
     sessions: list[SessionSummary]
     truncated: bool = False
+    next_after: str | None = None
 
 
 class CancelAccepted(Frozen):

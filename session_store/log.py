@@ -38,6 +38,7 @@ from session_store.archive import Archive
 from session_store.backend import Backend, ItemExists
 from session_store.baselines import Baselines, Loaded
 from session_store.codec import decode, encode
+from session_store.directory import SessionDirectory
 from session_store.index import ActiveIndex
 from session_store.settings import StoreSettings
 from session_store.state import SessionState, active_after, apply, check, forked
@@ -53,11 +54,13 @@ class CommitLog:
         archive: Archive,
         index: ActiveIndex,
         settings: StoreSettings,
+        directory: SessionDirectory,
     ) -> None:
         self._backend = backend
         self._baselines = baselines
         self._archive = archive
         self._index = index
+        self._directory = directory
         self._settings = settings
 
     async def load(self, session_id: str) -> tuple[SessionState, int, Loaded]:
@@ -173,6 +176,8 @@ class CommitLog:
         becomes_active = active_after(state if adopted is None else adopted, commit)
         if becomes_active and not was_active:
             await self._index.mark(state.session_id)
+        if record.seq == 1:
+            await self._directory.record(state.session_id)
         await self._create(record, data)
         if adopted is not None:
             _become(state, adopted)

@@ -31,6 +31,7 @@ from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
 from session_store.catalog import ToolCatalog
+from session_store.directory import SessionDirectory
 from session_store.handle import SessionHandle
 from session_store.index import ActiveIndex
 from session_store.log import CommitLog
@@ -68,6 +69,8 @@ class SessionStore:
             backend, max_record_bytes=settings.max_record_bytes, read_only=read_only
         )
         self.index = ActiveIndex(backend)
+        #: every session ever created, listed by id (``session_store.directory``)
+        self.directory = SessionDirectory(backend)
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
@@ -79,7 +82,9 @@ class SessionStore:
             # a state kept inline must leave its record room below the record limit
             inline_limit=min(settings.baseline_inline_bytes, settings.max_record_bytes // 2),
         )
-        self._log = CommitLog(backend, self._baselines, self._archive, self.index, settings)
+        self._log = CommitLog(
+            backend, self._baselines, self._archive, self.index, settings, self.directory
+        )
         self._background: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> SessionStore:

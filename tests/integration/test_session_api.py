@@ -986,4 +986,43 @@ async def test_sessions_says_why_a_finished_session_is_not_listed(api: Api) -> N
     listed = await asyncio.to_thread(
         CliRunner().invoke, session_commands.app, ["sessions"], env=env
     )
-    assert listed.exit_code == 0 and "Finished sessions are not listed" in listed.output
+    assert listed.exit_code == 0 and "Finished sessions are listed with --all" in listed.output
+
+
+async def test_every_session_is_listed_with_all_by_status_prefix_and_page(api: Api) -> None:
+    """``all``: the directory of every session, finished ones too, in id order and
+    pages; ``status`` and ``prefix`` narrow it (what an operator looks for a day later)."""
+    calc = {"task": {"kind": "calc", "input": {"n": 2}}}
+    for session in ("acme:1", "acme:2"):
+        await api.submit("r1", calc, session=session)
+        await api.k.run(session)
+    await api.submit("r1", session="beta:1")  # left open
+    assert (await api.http.get("/v1/sessions")).json()["sessions"][0]["session_id"] == "beta:1"
+
+    every = (await api.http.get("/v1/sessions?all=true")).json()
+    assert [s["session_id"] for s in every["sessions"]] == ["acme:1", "acme:2", "beta:1"]
+    assert [s["active"] for s in every["sessions"]] == [False, False, True]
+    assert every["next_after"] is None
+    finished = (await api.http.get("/v1/sessions?all=true&status=finished")).json()
+    assert [s["session_id"] for s in finished["sessions"]] == ["acme:1", "acme:2"]
+    active = (await api.http.get("/v1/sessions?all=true&status=active")).json()
+    assert [s["session_id"] for s in active["sessions"]] == ["beta:1"]
+    first = (await api.http.get("/v1/sessions?all=true&limit=2")).json()
+    assert [s["session_id"] for s in first["sessions"]] == ["acme:1", "acme:2"]
+    assert first["next_after"] == "acme:2" and first["truncated"] is True
+    rest = (await api.http.get("/v1/sessions?all=true&limit=2&after=acme:2")).json()
+    assert [s["session_id"] for s in rest["sessions"]] == ["beta:1"]
+    by_id = (await api.http.get("/v1/sessions?all=true&prefix=acme:")).json()
+    assert [s["session_id"] for s in by_id["sessions"]] == ["acme:1", "acme:2"]
+    wrong = await api.http.get("/v1/sessions?status=done")
+    assert wrong.status_code == 422 and wrong.json()["error"]["details"]["field"] == "status"
+
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    listed = await asyncio.to_thread(
+        CliRunner().invoke,
+        session_commands.app,
+        ["sessions", "--all", "--status", "finished"],
+        env=env,
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "acme:1" in listed.output and "acme:2" in listed.output and "beta:1" not in listed.output

@@ -474,6 +474,31 @@ async def test_sweep_keeps_active_sessions_and_drops_finished_ones(
     assert await _active(location) == {"s1"}
 
 
+# --- the directory of every session --------------------------------------------------------
+
+
+async def test_the_directory_lists_every_session_by_id_in_pages(location: StoreLocation) -> None:
+    """Finished sessions too (the active index forgets them); pages follow the id order
+    across the shards, and a prefix narrows the listing."""
+    store = await location.open()
+    names = ["acme:a", "acme:b", "beta:1", "beta:2", "zeta"]
+    for name in reversed(names):
+        handle = await store.session(name)
+        started = task()
+        await handle.commit(Commit(tasks=(started,)), fence=F)
+        await handle.commit(Commit(tasks=(finish(started),)), fence=F)
+    await (await store.session("no-commits")).refresh()  # opened, never written: absent
+    assert await _active(location) == set()
+    first, after = await store.directory.page(limit=2)
+    assert first == ["acme:a", "acme:b"] and after == "acme:b"
+    second, after = await store.directory.page(after=after, limit=2)
+    assert second == ["beta:1", "beta:2"]
+    last, after = await store.directory.page(after=after, limit=2)
+    assert last == ["zeta"] and after is None
+    acme, _ = await store.directory.page(prefix="beta:", limit=10)
+    assert acme == ["beta:1", "beta:2"]
+
+
 async def test_missing_bucket_or_table_is_a_clear_error(location: StoreLocation) -> None:
     url = (
         location.url.replace("bh-tests", "bh-absent-bucket")
