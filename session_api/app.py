@@ -2,8 +2,9 @@
 
 ``create_app(store=..., wakes=..., token=..., tokens=...)``; serve it with uvicorn
 (``session_api.server.serve_api``). Every route but ``/healthz`` needs
-``Authorization: Bearer <token>``, of a token whose scope allows it (``webapi.auth``);
-the OpenAPI document is at ``/openapi.json``.
+``Authorization: Bearer <token>``, of a token whose scope allows it (``webapi.auth``),
+or the web console's login cookie (``session_api.console``: reads anywhere, writes only
+its own forms); the OpenAPI document is at ``/openapi.json``.
 ``stop_streams(app)`` ends the open event streams (a server calls it when it stops).
 """
 
@@ -22,6 +23,7 @@ from pydantic import SecretStr
 from contracts import InvalidInput
 from contracts.errors import ErrorBody
 from coordination import WakeQueue
+from session_api.console import COOKIE, console_router
 from session_api.context import ApiContext
 from session_api.inbox import inbox_router
 from session_api.metrics import Backlog, SessionApiMetrics
@@ -91,7 +93,7 @@ def create_app(
     app.state.context = context
     # The last added runs first: the token is checked before any body is read.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(BearerAuth, grants=grants, realm="brainhands-sessions")
+    app.add_middleware(BearerAuth, grants=grants, realm="brainhands-sessions", cookie=COOKIE)
     errors.install(app, service="the Session API")
     app.include_router(_health_router())
     app.include_router(
@@ -105,6 +107,7 @@ def create_app(
         dependencies=[Security(_BEARER)],
         responses=_UNAUTHORIZED,
     )
+    app.include_router(console_router(context, grants, backlog))
     return app
 
 

@@ -42,7 +42,7 @@ from session_api.views import (
     SubmissionView,
     SubmitRequest,
 )
-from session_store import SessionHandle, SessionStore
+from session_store import SessionHandle
 from session_store.intake import check_ids, read_work
 from webapi.auth import Access, Grant
 from webapi.scopes import check_session, needs
@@ -118,20 +118,9 @@ def sessions_router(context: ApiContext) -> APIRouter:
         (``already_answered``, naming it) or the question is closed; 404 no such open
         question; 422 the value does not fit it."""
         check_session(grant, session_id)
-        client = context.client
-        existing = await client.get(session_id, body.request_id)
-        submission = await client.answer(
-            session_id,
-            body.request_id,
-            body.question_id,
-            body.value,
-            by=body.by or grant.name,
-            why=body.why,
-        )
-        if existing is not None:
+        submission, created = await answer_question(context, session_id, body, grant.name)
+        if not created:
             response.status_code = 200
-        if not submission.status.is_final:
-            await context.wake(session_id, "answer")
         return submission_view(submission)
 
     @router.put("/{session_id}/input-policy", responses=_ERRORS)
@@ -222,7 +211,7 @@ def sessions_router(context: ApiContext) -> APIRouter:
         """Request the cancellation of a submission or a task: 202 while the lease holder
         is to act on it, 200 when it is already final (nothing recorded)."""
         check_session(grant, session_id)
-        accepted, final = await _cancel(context, session_id, body)
+        accepted, final = await cancel_work(context, session_id, body)
         if final:
             response.status_code = 200
         return accepted
@@ -246,7 +235,7 @@ def sessions_router(context: ApiContext) -> APIRouter:
         already happened are not undone."""
         check_session(grant, session_id)
         check_session(grant, body.into)
-        handle, created = await _fork(context.store, session_id, body)
+        handle, created = await fork_session(context, session_id, body)
         if not created:
             response.status_code = 200
         if handle.state.is_active:
@@ -313,10 +302,25 @@ async def _submit(
     return submission, created
 
 
-async def _fork(
-    store: SessionStore, session_id: str, body: ForkRequest
+async def answer_question(
+    context: ApiContext, session_id: str, body: AnswerRequest, by: str
+) -> tuple[Submission, bool]:
+    """The answer (a submission), and whether this request made it."""
+    client = context.client
+    existing = await client.get(session_id, body.request_id)
+    submission = await client.answer(
+        session_id, body.request_id, body.question_id, body.value, by=body.by or by, why=body.why
+    )
+    if not submission.status.is_final:
+        await context.wake(session_id, "answer")
+    return submission, existing is None
+
+
+async def fork_session(
+    context: ApiContext, session_id: str, body: ForkRequest
 ) -> tuple[SessionHandle, bool]:
     """The fork, and whether this request made it (a retry finds its own)."""
+    store = context.store
     try:
         return await store.fork(session_id, at=body.at, into=body.into), True
     except AlreadyExists:
@@ -327,7 +331,7 @@ async def _fork(
         return existing, False
 
 
-async def _cancel(
+async def cancel_work(
     context: ApiContext, session_id: str, body: CancelRequest
 ) -> tuple[CancelAccepted, bool]:
     """What the cancel did, and whether its target was already final."""

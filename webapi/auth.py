@@ -28,15 +28,19 @@ single token of ``BH_<API>_TOKEN`` is an unscoped ``admin`` token named ``defaul
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
+from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field, SecretStr, ValidationError
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import ErrorInfo, Identifier, InvalidInput
@@ -199,9 +203,31 @@ def token_from_env(variable: str, api: str, *, also: str | None = None) -> str:
     return token
 
 
+@dataclass(frozen=True)
+class CookieLogin:
+    """A browser's token, kept in an ``HttpOnly``, ``SameSite=Strict`` cookie ``name``
+    after a login form (the web console, ``session_api.console``). It authenticates
+    reads (GET, HEAD) anywhere — the console's pages and the event streams they follow
+    — and writes under ``prefix`` only, where each form carries a CSRF token; an API
+    write with the cookie alone is 401. A page under ``prefix`` without a token is sent
+    to ``login``; ``login`` and ``static`` (under ``prefix``) are open."""
+
+    name: str
+    prefix: str
+    login: str
+    static: str
+
+    def is_open(self, path: str) -> bool:
+        return path == self.login or path.startswith(self.static)
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
 class BearerAuth:
-    """ASGI middleware: ``Authorization: Bearer <token>`` of one of ``grants``, or 401;
-    the matching grant goes on the request (``grant_of``)."""
+    """ASGI middleware: ``Authorization: Bearer <token>`` of one of ``grants`` (or a
+    ``CookieLogin`` cookie), or 401; the matching grant goes on the request
+    (``grant_of``)."""
 
     def __init__(
         self,
@@ -210,21 +236,30 @@ class BearerAuth:
         grants: Sequence[Grant],
         realm: str,
         open_paths: Iterable[str] = OPEN_PATHS,
+        cookie: CookieLogin | None = None,
     ) -> None:
         self.app = app
-        self._grants = [(g.token.get_secret_value().encode(), g) for g in grants]
+        self._grants = tuple(grants)
         if not self._grants:
             raise InvalidInput("an API needs at least one token")
         self._open = frozenset(open_paths)
+        self._cookie = cookie
         self._challenge = {"WWW-Authenticate": f'Bearer realm="{realm}"'}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open:
+        path = scope.get("path", "")
+        cookie = self._cookie
+        if scope["type"] != "http" or path in self._open or (cookie and cookie.is_open(path)):
             await self.app(scope, receive, send)
             return
         grant, problem = self._check(scope)
         if grant is not None:
             await self.app({**scope, GRANT_KEY: grant}, receive, send)
+            return
+        to_login = cookie is not None and path.startswith(cookie.prefix)
+        if to_login and scope["method"] in _SAFE_METHODS:
+            assert cookie is not None
+            await RedirectResponse(cookie.login, 303)(scope, receive, send)
             return
         info = ErrorInfo(code=UNAUTHORIZED, message=problem)
         response = error_response(401, info, self._challenge)
@@ -234,12 +269,41 @@ class BearerAuth:
         """The grant of the request's token, or why the request is not authenticated."""
         values = [v for k, v in scope["headers"] if k == b"authorization"]
         if not values:
-            return None, "this route needs an Authorization: Bearer <token> header"
+            return self._from_cookie(scope)
         scheme, _, given = values[0].partition(b" ")
         if len(values) > 1 or scheme.lower() != b"bearer" or not given.strip():
             return None, "the Authorization header must be exactly one 'Bearer <token>'"
-        found = None
-        for expected, grant in self._grants:  # all compared: the time tells nothing
-            if hmac.compare_digest(given.strip(), expected) and found is None:
-                found = grant
+        found = self._match(given.strip())
         return found, "" if found is not None else "the bearer token is not valid"
+
+    def _from_cookie(self, scope: Scope) -> tuple[Grant | None, str]:
+        missing = "this route needs an Authorization: Bearer <token> header"
+        cookie = self._cookie
+        if cookie is None:
+            return None, missing
+        safe = scope["method"] in _SAFE_METHODS
+        if not safe and not scope["path"].startswith(cookie.prefix):
+            return None, missing  # an API write never rides on a browser's cookie
+        jar = SimpleCookie()
+        for key, value in scope["headers"]:
+            if key == b"cookie":
+                with contextlib.suppress(CookieError):
+                    jar.load(value.decode("latin-1"))
+        morsel = jar.get(cookie.name)
+        if morsel is None or not morsel.value:
+            return None, missing
+        found = self._match(morsel.value.encode())
+        return found, "" if found is not None else "the console's token is not valid"
+
+    def _match(self, given: bytes) -> Grant | None:
+        return find_grant(self._grants, given)
+
+
+def find_grant(grants: Sequence[Grant], given: bytes) -> Grant | None:
+    """The grant whose token is ``given``; every one is compared (in constant time), so
+    the time tells nothing about which nearly matched."""
+    found = None
+    for grant in grants:
+        if hmac.compare_digest(given, grant.token.get_secret_value().encode()) and found is None:
+            found = grant
+    return found

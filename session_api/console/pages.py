@@ -1,0 +1,271 @@
+"""The console's pages and actions (``/console``): each page reads through the same
+functions as the API's routes, and each action is the API's own (cancel, answer, fork),
+behind the caller's grant and the form's CSRF token."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Final
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import ValidationError
+
+from contracts import InvalidInput, NotFound
+from session_api.console.graph import task_rows
+from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
+from session_api.console.timeline import timeline
+from session_api.context import ApiContext
+from session_api.describe import session_view
+from session_api.listing import Listing, check_paging
+from session_api.metrics import Backlog
+from session_api.sessions import answer_question, cancel_work, fork_session
+from session_api.views import AnswerRequest, CancelRequest, ForkRequest, SessionStatus
+from webapi.auth import Access, Grant, grant_of
+from webapi.scopes import check_session
+
+HERE: Final = Path(__file__).parent
+#: commits on one page of a session's timeline
+TIMELINE_PAGE: Final = 50
+#: sessions on one page of the list
+LIST_PAGE: Final = 50
+#: entries shown on a session's page
+ENTRIES: Final = 30
+#: how much of an operation's output a page shows
+OUTPUT_CHARS: Final = 20_000
+_HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+_templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+_templates.filters["url"] = lambda value: quote(str(value), safe="")
+_templates.filters["time"] = lambda value: "" if value is None else f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def _page(template: str, request: Request, grant: Grant, **values: Any) -> HTMLResponse:
+    body = _templates.get_template(template).render(
+        grant=grant, csrf=csrf_token(grant), notice=request.query_params.get("notice"), **values
+    )
+    return HTMLResponse(body, headers=_HEADERS)
+
+
+def _reader(request: Request) -> Grant:
+    grant = grant_of(request.scope)
+    if not grant.may(Access.READ):
+        raise InvalidInput("this token cannot read")
+    return grant
+
+
+def _back(url: str, notice: str) -> RedirectResponse:
+    return RedirectResponse(f"{url}?{urlencode({'notice': notice})}", 303)
+
+
+def console_router(
+    context: ApiContext, grants: Sequence[Grant], backlog: Backlog | None
+) -> APIRouter:
+    router = APIRouter(prefix=COOKIE.prefix, include_in_schema=False)
+
+    @router.get("/login")
+    async def login_form(request: Request) -> HTMLResponse:
+        body = _templates.get_template("login.html").render(problem=None)
+        return HTMLResponse(body, headers=_HEADERS)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        form = await read_form(request)
+        grant = login_grant(grants, form.get("token", ""))
+        if grant is None:
+            body = _templates.get_template("login.html").render(problem="That token is not valid.")
+            return HTMLResponse(body, status_code=401, headers=_HEADERS)
+        response = RedirectResponse(f"{COOKIE.prefix}/sessions", 303)
+        response.set_cookie(
+            COOKIE.name,
+            grant.token.get_secret_value(),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        grant = grant_of(request.scope)
+        check_form(request, await read_form(request), grant)
+        response = RedirectResponse(COOKIE.login, 303)
+        response.delete_cookie(COOKIE.name, path="/")
+        return response
+
+    @router.get("/static/{name}")
+    async def static(name: str) -> Response:
+        path = HERE / "static" / name
+        if name not in {"console.css", "console.js"}:
+            raise NotFound(f"no static file {name!r}")
+        return FileResponse(path, headers={"X-Content-Type-Options": "nosniff"})
+
+    @router.get("")
+    async def home() -> RedirectResponse:
+        return RedirectResponse(f"{COOKIE.prefix}/sessions", 303)
+
+    @router.get("/sessions")
+    async def sessions(
+        request: Request,
+        every: Annotated[bool, Query(alias="all")] = False,
+        status: SessionStatus | None = None,
+        prefix: Annotated[str, Query(max_length=200)] = "",
+        after: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> HTMLResponse:
+        grant = _reader(request)
+        check_paging(every, after)
+        listing = Listing(context.store, grant, limit=LIST_PAGE, status=status, prefix=prefix)
+        found = await (listing.every(after) if every else listing.active())
+        return _page(
+            "sessions.html",
+            request,
+            grant,
+            found=found,
+            every=every,
+            status=status.value if status else "",
+            prefix=prefix,
+            statuses=[s.value for s in SessionStatus],
+        )
+
+    async def _session_values(session_id: str, grant: Grant, older: int | None) -> dict[str, Any]:
+        check_session(grant, session_id)
+        handle = await context.store.session(session_id)
+        if handle.seq == 0:
+            raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
+        view = await session_view(context.store, handle, entries=ENTRIES)
+        end = min(older or handle.seq + 1, handle.seq + 1)
+        start = max(0, end - 1 - TIMELINE_PAGE)
+        records = await context.store.commits(session_id, after=start, limit=end - 1 - start)
+        return {
+            "view": view,
+            "rows": task_rows(view.tasks),
+            "timeline": list(reversed(timeline(records))),
+            "older": start + 1 if start > 0 else None,
+            "newer": end + TIMELINE_PAGE if end <= handle.seq else None,
+            "paged": older is not None,
+            "may_operate": grant.may(Access.OPERATE),
+        }
+
+    @router.get("/sessions/{session_id}")
+    async def session(
+        request: Request, session_id: str, older: Annotated[int | None, Query(ge=1)] = None
+    ) -> HTMLResponse:
+        grant = _reader(request)
+        values = await _session_values(session_id, grant, older)
+        return _page("session.html", request, grant, **values)
+
+    @router.get("/sessions/{session_id}/live")
+    async def session_live(
+        request: Request, session_id: str, older: Annotated[int | None, Query(ge=1)] = None
+    ) -> HTMLResponse:
+        grant = _reader(request)
+        values = await _session_values(session_id, grant, older)
+        return _page("live.html", request, grant, **values)
+
+    @router.get("/operations/{operation_id}")
+    async def operation(request: Request, operation_id: str) -> HTMLResponse:
+        grant = _reader(request)
+        record = await context.store.get_operation(operation_id)
+        if record is None or not grant.covers(record.session_id):
+            raise NotFound(f"no operation {operation_id!r}", operation_id=operation_id)
+        result = await context.store.get_operation_result(operation_id)
+        output, cut = None, False
+        if result is not None:
+            output = result.output
+            if result.blob is not None:
+                data = await context.store.get_blob(result.blob)
+                output = data[:OUTPUT_CHARS].decode("utf-8", "replace")
+                cut = len(data) > OUTPUT_CHARS
+        return _page(
+            "operation.html", request, grant, op=record, result=result, output=output, cut=cut
+        )
+
+    @router.get("/fleet")
+    async def fleet(request: Request) -> HTMLResponse:
+        grant = _reader(request)
+        routes, problem = [], None
+        if backlog is None:
+            problem = "this Session API has no wake queue (no Redis): no routes to show"
+        else:
+            try:
+                routes = await backlog()
+            except Exception as error:  # the page says so; the log has the rest
+                problem = f"the wake queues could not be read: {type(error).__name__}"
+        return _page("fleet.html", request, grant, routes=routes, problem=problem)
+
+    # -- actions: the API's own, from a form ------------------------------------------
+
+    async def _act(request: Request, session_id: str) -> tuple[Grant, dict[str, str]]:
+        grant = grant_of(request.scope)
+        form = await read_form(request)
+        check_form(request, form, grant)
+        if not grant.may(Access.OPERATE):
+            raise InvalidInput(f"the token {grant.name!r} may only read")
+        check_session(grant, session_id)
+        return grant, form
+
+    def _here(session_id: str) -> str:
+        return f"{COOKIE.prefix}/sessions/{quote(session_id, safe='')}"
+
+    @router.post("/sessions/{session_id}/cancel")
+    async def cancel(request: Request, session_id: str) -> RedirectResponse:
+        _, form = await _act(request, session_id)
+        try:
+            body = CancelRequest(
+                request_id=form.get("request_id") or None,
+                task_id=form.get("task_id") or None,
+                reason=form.get("reason") or "cancelled from the console",
+            )
+        except ValidationError as error:
+            raise InvalidInput(f"cancel: {error.errors()[0]['msg']}") from None
+        accepted, final = await cancel_work(context, session_id, body)
+        target = accepted.task_id or accepted.request_id
+        said = (
+            f"{target} was already {accepted.status}" if final else f"cancel of {target} recorded"
+        )
+        return _back(_here(session_id), said)
+
+    @router.post("/sessions/{session_id}/answer")
+    async def answer(request: Request, session_id: str) -> RedirectResponse:
+        grant, form = await _act(request, session_id)
+        body = AnswerRequest(
+            request_id=f"console-{uuid.uuid4().hex[:12]}",
+            question_id=form.get("question_id", ""),
+            value=form.get("value", ""),
+            why=form.get("why") or None,
+        )
+        submission, _ = await answer_question(context, session_id, body, grant.name)
+        return _back(_here(session_id), f"answer {submission.request_id} {submission.status.value}")
+
+    @router.post("/sessions/{session_id}/fork")
+    async def fork(request: Request, session_id: str) -> RedirectResponse:
+        grant, form = await _act(request, session_id)
+        try:
+            body = ForkRequest(at=int(form.get("at", "0")), into=form.get("into", ""))
+        except (ValueError, ValidationError):
+            raise InvalidInput("fork: give a commit number and a new session id") from None
+        check_session(grant, body.into)
+        handle, _ = await fork_session(context, session_id, body)
+        if handle.state.is_active:
+            await context.wake(body.into, "fork")
+        return _back(_here(body.into), f"forked from {session_id} at commit {body.at}")
+
+    return router

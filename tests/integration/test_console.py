@@ -1,0 +1,124 @@
+"""The web console over HTTP: its login cookie (HttpOnly, SameSite=Strict) reads
+anything and writes only the console's own forms, each with a CSRF token; its pages
+render a session's graph, timeline and operations; its actions are the API's own."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.test_session_api import TOKEN, Api, open_api
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with open_api(tmp_path) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def browser(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that logged in through the form (cookies kept, no Authorization)."""
+    async with httpx.AsyncClient(base_url=api.url) as client:
+        logged = await client.post("/console/login", data={"token": TOKEN})
+        assert logged.status_code == 303 and logged.headers["location"] == "/console/sessions"
+        cookie = logged.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        yield client
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', page)
+    assert found is not None, "no CSRF token on the page"
+    return found.group(1)
+
+
+async def test_pages_need_a_login_and_the_cookie_writes_only_console_forms(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url) as anonymous:
+        sent = await anonymous.get("/console/sessions")
+        assert sent.status_code == 303 and sent.headers["location"] == "/console/login"
+        assert (await anonymous.get("/console/login")).status_code == 200
+        wrong = await anonymous.post("/console/login", data={"token": "x" * 24})
+        assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+        assert (await anonymous.post("/console/sessions/s1/cancel", data={})).status_code == 401
+
+    await api.submit("r1", {"task": {"kind": "ask", "input": {}}})
+    await api.k.run("s1")
+    async with browser(api) as client:
+        listed = await client.get("/console/sessions")
+        assert listed.status_code == 200 and "s1" in listed.text
+        assert "script-src 'self'" in listed.headers["content-security-policy"]
+        assert (await client.get("/v1/sessions/s1")).status_code == 200  # reads: yes
+        body = {"request_id": "r2", "input": "hi"}
+        submitted = await client.post("/v1/sessions/s1/submissions", json=body)
+        assert submitted.status_code == 401  # an API write never rides on the cookie
+        unsigned = await client.post("/console/sessions/s1/cancel", data={"request_id": "r1"})
+        assert unsigned.status_code == 403 and "CSRF" in unsigned.text
+        token = csrf_of((await client.get("/console/sessions/s1")).text)
+        foreign = await client.post(
+            "/console/sessions/s1/cancel",
+            data={"request_id": "r1", "csrf": token},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert foreign.status_code == 403
+        view = (await api.http.get("/v1/sessions/s1")).json()
+        assert view["cancel_requests"] == {}  # nothing was recorded by the refused forms
+
+        out = await client.post("/console/logout", data={"csrf": token})
+        assert out.status_code == 303 and 'bh_console=""' in out.headers["set-cookie"]
+
+
+async def test_a_question_is_answered_and_a_task_cancelled_from_the_page(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "ask", "input": {}}})
+    await api.submit("r2", {"task": {"kind": "ask", "input": {}}}, session="s2")
+    await api.k.run("s1")
+    await api.k.run("s2")
+    async with browser(api) as client:
+        page = (await client.get("/console/sessions/s1")).text
+        assert "Waiting for a person" in page and "Which?" in page
+        assert 'class="task waiting"' in page and "Timeline" in page
+        token = csrf_of(page)
+        answered = await client.post(
+            "/console/sessions/s1/answer", data={"question_id": "q1", "value": "red", "csrf": token}
+        )
+        assert answered.status_code == 303 and "notice=answer" in answered.headers["location"]
+        await api.k.run("s1")
+        done = (await api.http.get("/v1/sessions/s1")).json()
+        assert done["submissions"][0]["answer"] == "red"
+
+        other = (await api.http.get("/v1/sessions/s2")).json()["tasks"][0]["id"]
+        cancelled = await client.post(
+            "/console/sessions/s2/cancel", data={"task_id": other, "csrf": token}
+        )
+        assert cancelled.status_code == 303
+        notice = (await client.get(cancelled.headers["location"])).text
+        assert f"cancel of {other} recorded" in notice
+        await api.k.run("s2")
+        after = (await api.http.get("/v1/sessions/s2")).json()
+        assert after["active"] is False
+
+        forked = await client.post(
+            "/console/sessions/s1/fork", data={"at": "1", "into": "s1-again", "csrf": token}
+        )
+        assert forked.status_code == 303
+        assert forked.headers["location"].startswith("/console/sessions/s1-again")
+        assert "fork of s1 at commit 1" in (await client.get("/console/sessions/s1-again")).text
+
+
+async def test_a_session_of_many_commits_pages_its_timeline(api: Api) -> None:
+    for n in range(120):
+        await api.submit(f"r{n}", "hi")
+    async with browser(api) as client:
+        page = (await client.get("/console/sessions/s1")).text
+        seqs = [int(s) for s in re.findall(r'class="commit[^"]*" data-seq="(\d+)"', page)]
+        assert seqs == list(range(120, 70, -1))  # the newest 50, newest first
+        older = re.search(r'href="\?older=(\d+)"', page)
+        assert older is not None
+        before = (await client.get(f"/console/sessions/s1?older={older.group(1)}")).text
+        seqs = [int(s) for s in re.findall(r'class="commit[^"]*" data-seq="(\d+)"', before)]
+        assert seqs == list(range(70, 20, -1))
