@@ -81,7 +81,7 @@ async def test_a_question_is_answered_and_a_task_cancelled_from_the_page(api: Ap
     async with browser(api) as client:
         page = (await client.get("/console/sessions/s1")).text
         assert "Waiting for a person" in page and "Which?" in page
-        assert 'class="task waiting"' in page and "Timeline" in page
+        assert 'class="task waiting depth-0"' in page and "Timeline" in page
         token = csrf_of(page)
         answered = await client.post(
             "/console/sessions/s1/answer", data={"question_id": "q1", "value": "red", "csrf": token}

@@ -1,0 +1,188 @@
+"""The web console in a real browser: Debian's chromium, headless, driven by Playwright.
+
+On ``bh up`` (the five-emails example, one Brain, one Hands in Docker): log in, open the
+sessions page, follow a running session live until it is answered while its Brain is
+killed mid-tool and started again — the page shows the five ``send_email`` operations
+and the takeover in its timeline — and press cancel on another session and see it end.
+A session of 50 tasks draws one legible row per task. Screenshots of the main pages go
+to ``BH_CONSOLE_SCREENSHOTS`` (the ones in docs/ were made so) or the test's own dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+from pydantic import SecretStr
+
+from brain.context import PhaseContext
+from brain.outcome import Done, Effects, PhaseOutcome, TaskSpec, Wait
+from brain.registry import Registry
+from contracts.question import Question
+from session_api.app import create_app
+from tests.integration.test_system import bh, system_env
+from tests.support.http_server import serve
+from tests.support.images import tool_images
+from tests.support.kernel import kernel, kind
+from tests.support.services import missing
+
+TOKEN = "console-token-0123456789"
+
+
+@pytest.fixture
+async def chromium() -> AsyncIterator[Browser]:
+    path = shutil.which("chromium")
+    if path is None:
+        missing("chromium is not installed (Debian's chromium; scripts/test installs it)")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+def shots(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("BH_CONSOLE_SCREENSHOTS") or tmp_path / "screenshots")
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+async def log_in(browser: Browser, url: str, token: str) -> Page:
+    page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+    await page.goto(f"{url}/console/sessions")
+    await expect(page).to_have_url(f"{url}/console/login")  # no cookie yet: the form
+    await page.fill("input[name=token]", token)
+    await page.click("button[type=submit]")
+    await expect(page).to_have_url(f"{url}/console/sessions")
+    return page
+
+
+@pytest.mark.redis
+@pytest.mark.nats
+@pytest.mark.slow
+async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_another(
+    tmp_path: Path, chromium: Browser
+) -> None:
+    env = system_env(tmp_path)
+    tool_images()
+    up = (
+        *("up", "--brains", "1", "--hands", "1", "--no-infra", "--namespace", "sysconsole"),
+        *("--example", "five-emails", "--plugin", "tests.support.brain_plugins:plugin"),
+    )
+    started = bh(*up, env=env)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        system = tmp_path / "dev" / "system"
+        for line in (system / "env").read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip("'")
+        url, token = env["BH_SESSION_API_URL"], env["BH_SESSION_API_TOKEN"]
+        slow = {"request_id": "long", "input": {"task": {"kind": "slow", "input": 600}}}
+        async with httpx.AsyncClient(base_url=url) as api:
+            auth = {"Authorization": f"Bearer {token}"}
+            posted = await api.post("/v1/sessions/other/submissions", json=slow, headers=auth)
+            assert posted.status_code == 201, posted.text
+
+        page = await log_in(chromium, url, token)
+        await expect(page.locator("table.sessions")).to_contain_text("other")
+        text = "Send the approved maintenance notice to our five customers."
+        submitted = bh("submit", "five", text, "--request-id", "notify-1", env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        await page.goto(f"{url}/console/sessions")
+        await page.click("a[href='/console/sessions/five']")
+        await expect(page.locator("#stream-state")).to_contain_text("live")
+
+        # the first email's operation appears live; then the Brain dies mid-tool
+        await expect(page.locator("tr.operation").first).to_be_visible(timeout=60_000)
+        pid = int((system / "run" / "brain-1.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        restarted = bh(*up, env=env)  # starts what is not running: brain-1 again
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+
+        answered = page.locator("tr[data-request='notify-1'] .pill.answered")
+        await expect(answered).to_be_visible(timeout=120_000)
+        operations = page.locator("tr.operation")
+        await expect(operations).to_have_count(5)
+        await expect(page.locator("section.operations")).to_contain_text("send_email")
+        await expect(page.locator("tr.takeover").first).to_be_visible()
+        where = shots(tmp_path)
+        await page.screenshot(path=str(where / "console-session.png"), full_page=True)
+        await page.click("tr.operation a >> nth=0")
+        await expect(page.locator("h1")).to_contain_text("Operation")
+        await expect(page.locator("section.result")).to_contain_text("succeeded")
+        await page.screenshot(path=str(where / "console-operation.png"), full_page=True)
+
+        await page.goto(f"{url}/console/sessions/other")
+        await expect(page.locator("#stream-state")).to_contain_text("live")
+        await page.click("tr[data-request='long'] button.danger")
+        await expect(page.locator("p.notice")).to_contain_text("cancel of long recorded")
+        ended = page.locator("tr[data-request='long'] .pill.cancelled")
+        await expect(ended).to_be_visible(timeout=60_000)
+        await page.goto(f"{url}/console/sessions?all=true")
+        await expect(page.locator("table.sessions")).to_contain_text("five")
+        await page.screenshot(path=str(where / "console-sessions.png"), full_page=True)
+        await page.goto(f"{url}/console/fleet")
+        await expect(page.locator("main")).to_contain_text("yes")  # the Brain's route
+        await page.screenshot(path=str(where / "console-fleet.png"), full_page=True)
+    finally:
+        bh("down", env=env)
+
+
+def fan_out(children: int, grandchildren: int) -> Registry:
+    """``root`` spawns ``children`` ``branch`` tasks, each spawning ``grandchildren``
+    ``leaf`` tasks that wait for a person's answer (so all stay open and drawn)."""
+
+    async def root(ctx: PhaseContext) -> PhaseOutcome:
+        specs = [TaskSpec(id=f"{ctx.task.id}.b{n}", kind="branch") for n in range(children)]
+        ids = tuple(spec.id for spec in specs)
+        return Wait(tasks=ids, next_phase="done", effects=Effects(spawn=tuple(specs)))
+
+    async def branch(ctx: PhaseContext) -> PhaseOutcome:
+        specs = [TaskSpec(id=f"{ctx.task.id}.l{n}", kind="leaf") for n in range(grandchildren)]
+        ids = tuple(spec.id for spec in specs)
+        return Wait(tasks=ids, next_phase="done", effects=Effects(spawn=tuple(specs)))
+
+    async def leaf(ctx: PhaseContext) -> PhaseOutcome:
+        return Wait(question=Question(id=f"go-{ctx.task.id}", prompt="Go on?"), next_phase="done")
+
+    async def done(ctx: PhaseContext) -> PhaseOutcome:
+        return Done(result="done")
+
+    registry = Registry()
+    for name, start in (("root", root), ("branch", branch), ("leaf", leaf)):
+        registry.add(kind(name, {"start": start, "done": done}))
+    return registry
+
+
+async def test_a_session_of_fifty_tasks_draws_one_legible_row_per_task(
+    tmp_path: Path, chromium: Browser
+) -> None:
+    async with kernel(tmp_path, fan_out(children=7, grandchildren=6)) as k:
+        await k.submit_task("root", session_id="wide")
+        await k.run("wide")
+        app = create_app(store=k.store, wakes=None, token=SecretStr(TOKEN))
+        async with serve(app) as url:
+            page = await log_in(chromium, url, TOKEN)
+            try:  # the page's event stream must end before the server can stop
+                await page.goto(f"{url}/console/sessions/wide")
+                rows = page.locator("ol.tree li.task")
+                await expect(rows).to_have_count(50)
+                boxes: list[Any] = [await rows.nth(n).bounding_box() for n in range(50)]
+                assert all(box is not None and box["height"] >= 14 for box in boxes)
+                tops = [box["y"] for box in boxes]
+                assert tops == sorted(tops) and len(set(tops)) == 50  # one row each, no overlap
+                padding = "e => getComputedStyle(e).paddingLeft"
+                indents = {await rows.nth(n).evaluate(padding) for n in range(50)}
+                assert len(indents) == 3  # root, branches, leaves: three depths drawn
+                shot = shots(tmp_path) / "console-graph-50.png"
+                await page.locator("section.graph").screenshot(path=str(shot))
+            finally:
+                await page.close()
