@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 from pydantic import SecretStr
 
+from bh.devstack.process import read_pidfile
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, TaskSpec, Wait
 from brain.registry import Registry
@@ -74,7 +76,10 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
     env = system_env(tmp_path)
     tool_images()
     up = (
-        *("up", "--brains", "1", "--hands", "1", "--no-infra", "--namespace", "sysconsole"),
+        # a namespace of its own: a rerun within NATS's duplicate window (2 min) would
+        # publish the same operation ids on the same streams, dropped as duplicates
+        *("up", "--brains", "1", "--hands", "1", "--no-infra"),
+        *("--namespace", f"sysconsole{uuid.uuid4().hex[:6]}"),
         *("--example", "five-emails", "--plugin", "tests.support.brain_plugins:plugin"),
     )
     started = bh(*up, env=env)
@@ -102,8 +107,9 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
 
         # the first email's operation appears live; then the Brain dies mid-tool
         await expect(page.locator("tr.operation").first).to_be_visible(timeout=60_000)
-        pid = int((system / "run" / "brain-1.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGKILL)
+        record = read_pidfile(system / "run" / "brain-1.pid")
+        assert record is not None
+        os.kill(record.pid, signal.SIGKILL)
         restarted = bh(*up, env=env)  # starts what is not running: brain-1 again
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
@@ -113,6 +119,7 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
         await expect(operations).to_have_count(5)
         await expect(page.locator("section.operations")).to_contain_text("send_email")
         await expect(page.locator("tr.takeover").first).to_be_visible()
+        await expect(page.locator("li.task.terminal button")).to_have_count(0)  # nothing to cancel
         where = shots(tmp_path)
         await page.screenshot(path=str(where / "console-session.png"), full_page=True)
         await page.click("tr.operation a >> nth=0")
