@@ -1,0 +1,59 @@
+"""The README's "Tools in sandboxes" walk-through, run as written: its shell block goes
+to bash line by line as a new user types it (from the checkout, the infrastructure of
+``bh dev up``), and the session it submits is answered with what the local service
+served, through the sandboxed ``http_get`` tool on the Hands."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.support.images import tool_images
+from tests.support.processes import ROOT
+from tests.support.services import require
+
+pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
+
+SECTION = "## Tools in sandboxes"
+
+
+def walkthrough() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(SECTION) :]
+    found = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert found is not None, "the section has no sh block"
+    return found.group(1)
+
+
+def test_the_tools_in_sandboxes_walkthrough_runs_as_written() -> None:
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    tool_images()
+    block = walkthrough()
+    assert "bh submit fetch-1" in block and "bh watch fetch-1 --until-done" in block
+    # what a new shell has: no system variables of an earlier `bh up`
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BH_", "VIRTUAL_ENV"))}
+    env |= {"COLUMNS": "200", "PATH": os.environ["PATH"]}
+    script = "set -e\n" + block
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=420,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["bash", "-c", ". .venv/bin/activate; bh down"], cwd=ROOT, env=env, check=False
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    assert "http_get@1 registered" in out or "already registered" in out
+    assert "answered" in out and '"status": 200' in out.replace('\\"', '"'), out[-6000:]
+    assert "http_get" in out and "succeeded" in out
