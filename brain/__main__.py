@@ -5,7 +5,6 @@ the scheduler wakes, under fenced leases."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -27,6 +26,7 @@ from coordination.leases import RedisLeases
 from coordination.ratelimit import ModelLimits, endpoint_key
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
+from runtime.logs import configure_logging
 from webapi.exposition import Scrape
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
@@ -117,7 +117,7 @@ def worker(
     approve: Approve = None,
 ) -> None:
     """Drive the sessions the scheduler wakes, many at once, until SIGINT/SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("brain")
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
     settings = BrainSettings(
         store_url=store,

@@ -53,6 +53,7 @@ from contracts import (
 from contracts.tool import Cancellation
 from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
+from runtime.logs import log_context
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ class Drive:
         if launch:
             self._prove(f"starting {len(launch)} phase(s)")
         for task_id in launch:
-            self.inflight[task_id] = asyncio.create_task(self._phases(task_id))
+            self.inflight[task_id] = asyncio.create_task(self._logged_phases(task_id))
         return committed
 
     def _plan_into(self, b: CommitBuilder, facts: planner.Facts, launch: list[str]) -> None:
@@ -339,6 +340,10 @@ class Drive:
                 update={"version": migration.to_version}
             )
         b.update(task.id, **migrated.model_dump(exclude={"rev", "updated_at", "id"}))
+
+    async def _logged_phases(self, task_id: str) -> None:
+        with log_context(session_id=self.handle.session_id, task_id=task_id):
+            await self._phases(task_id)
 
     async def _phases(self, task_id: str) -> None:
         """Run the task's current phase, commit its outcome, and go on while it says Next."""

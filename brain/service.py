@@ -36,6 +36,7 @@ from coordination.protocols import Lease, LeaseStore
 from coordination.routes import Routes, model_offers, route_of
 from coordination.wakes import RQWakes, WakeWorker, wake_queue
 from runtime.cancellation import cancel_and_wait
+from runtime.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,8 @@ class BrainService:
             return "busy here: again after the running drive"
         self._driving.add(session_id)  # no await since the check: one drive per session
         try:
-            return await self._drive(session_id)
+            with log_context(session_id=session_id):
+                return await self._drive(session_id)
         finally:
             self._driving.discard(session_id)
             if session_id in self._again:

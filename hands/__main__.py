@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from typing import Annotated
 
@@ -13,6 +12,7 @@ from contracts import BrainhandsError
 from hands.app import open_hands
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
+from runtime.logs import configure_logging
 from webapi.exposition import Scrape
 from webapi.probes import ProbeHost, ProbePort, Probes, serve, until_stopped
 
@@ -36,7 +36,7 @@ def run(
     probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Pull dispatched operations from JetStream and run them in sandboxes."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("hands")
     try:
         settings = HandsSettings.from_env(
             store_url=store, nats_url=nats, concurrency=concurrency, sandbox=sandbox

@@ -31,6 +31,7 @@ from hands.executor import Executor
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
+from runtime.logs import configure_logging
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import Grant, grants_from_env
@@ -174,7 +175,7 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve the Hands HTTP API; tokens come from BH_HANDS_API_TOKEN(S_FILE) only."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("hands-api")
     try:
         settings = ApiSettings.from_env(
             host=host,

@@ -72,6 +72,7 @@ from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write
 from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
 from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
+from runtime.logs import log_context
 from session_store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,10 @@ class Executor:
         if dispatch.operation_id in self.inflight:
             raise Duplicate(f"{dispatch.operation_id} is already being handled here")
         self.inflight.add(dispatch.operation_id)
+        ids = {"session_id": dispatch.session_id, "task_id": dispatch.task_id}
         try:
-            return await self._handle(dispatch)
+            with log_context(operation_id=dispatch.operation_id, **ids):
+                return await self._handle(dispatch)
         finally:
             self.inflight.discard(dispatch.operation_id)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from contextlib import AsyncExitStack
 from datetime import timedelta
@@ -13,6 +12,7 @@ import typer
 
 from contracts import BrainhandsError
 from coordination import redis_client
+from runtime.logs import configure_logging
 from scheduler.assembly import Connections, build
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import SchedulerSettings
@@ -41,7 +41,7 @@ def run(
     probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("scheduler")
     every = timedelta(seconds=reconcile_seconds) if reconcile_seconds > 0 else None
     connections = Connections(
         store_url=store, redis_url=redis_url, nats_url=nats, namespace=namespace

@@ -48,6 +48,7 @@ from contracts.tool import Dispatch, ResultEvent
 from coordination.protocols import LeaseStore
 from coordination.wakes import RQWakes
 from runtime.cancellation import cancel_and_wait
+from runtime.logs import log_context
 from scheduler.turns import Turns
 from session_store import SessionStore
 
@@ -296,6 +297,10 @@ class Scheduler:
             with contextlib.suppress(nats.errors.Error):
                 await message.term()
             return
+        with log_context(session_id=event.session_id, operation_id=event.operation_id):
+            await self._wake_for(message, event)
+
+    async def _wake_for(self, message: Any, event: ResultEvent) -> None:
         try:
             if not await self._backed(event):
                 self.refused += 1

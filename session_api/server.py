@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
 from coordination import WakeQueue, redis_client
+from runtime.logs import configure_logging
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import Grant, grants_from_env
@@ -117,7 +118,7 @@ def serve_command(
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="Redis prefix")] = "bh",
 ) -> None:
     """Serve the Session HTTP API; tokens come from BH_SESSION_API_TOKEN(S_FILE) only."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("session-api")
     try:
         settings = SessionApiSettings.from_env(host=host, port=port, store_url=store)
         wakes = None if not redis_url else rq_wakes(redis_url, namespace)

@@ -24,10 +24,14 @@ def server(app: Any, *, host: str, port: int) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
+    from runtime.logs import json_lines
+
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        # JSON lines: uvicorn's loggers go to the root logger's JSON handler
+        log_config=None if json_lines() else uvicorn.config.LOGGING_CONFIG,
         lifespan="off",
         server_header=False,
         timeout_graceful_shutdown=10,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -119,7 +120,7 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
     """``bh up --example five-emails``: the example's email service and model beside the
     system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``; then
     every service's metrics pass ``promtool check metrics`` and count what happened."""
-    env = system_env(tmp_path)
+    env = system_env(tmp_path) | {"BH_LOG_FORMAT": "json"}
     tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
     started = bh(
         "up",
@@ -148,6 +149,7 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "probe operation" in checked.stdout and "FAIL" not in checked.stdout
         _every_service_exports_metrics(env, tmp_path)
+        _logs_are_json_lines_with_ids(tmp_path / "dev" / "system" / "logs")
     finally:
         bh("down", env=env)
 
@@ -205,3 +207,17 @@ def _samples(text: str) -> dict[str, float]:
             series, _, value = line.rpartition(" ")
             values[series] = values.get(series, 0.0) + float(value)
     return values
+
+
+def _logs_are_json_lines_with_ids(logs: Path) -> None:
+    """With ``BH_LOG_FORMAT=json`` every line a service logged is a JSON object; the
+    Brain's model call names its session and task."""
+    lines: list[dict[str, Any]] = []
+    for path in logs.glob("*.log"):
+        for text in path.read_text().splitlines():
+            if text.strip() and not text.startswith("--- bh dev"):  # the launcher's header
+                lines.append(json.loads(text))
+    assert lines and all({"ts", "level", "service", "message"} <= line.keys() for line in lines)
+    calls = [line for line in lines if "chat/completions" in line["message"]]
+    assert calls and all(line["service"] == "brain" for line in calls)
+    assert all(line["session_id"] == "five" and line["task_id"] for line in calls)
