@@ -27,6 +27,7 @@ from coordination.ratelimit import ModelLimits, endpoint_key
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
 from runtime.logs import configure_logging
+from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
@@ -118,6 +119,7 @@ def worker(
 ) -> None:
     """Drive the sessions the scheduler wakes, many at once, until SIGINT/SIGTERM."""
     configure_logging("brain")
+    setup_tracing("brain")
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
     settings = BrainSettings(
         store_url=store,

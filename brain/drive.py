@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from pydantic import JsonValue
 
 from brain import decide, planner
+from brain.agent import AGENT
 from brain.builder import CommitBuilder
 from brain.context import PhaseContext
 from brain.ingest import ingest, root_task_id
@@ -54,6 +55,7 @@ from contracts.tool import Cancellation
 from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
+from runtime.tracing import TRACER, work_context
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -399,6 +401,36 @@ class Drive:
             log.error("task %s: even its failure was refused: %s", task.id, again.message)
 
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
+        """One phase run, traced in the trace of the task's root (``runtime.tracing``)."""
+        agent = kind.name == AGENT
+        with TRACER.start_as_current_span(
+            f"{'invoke_agent' if agent else 'run_task'} {kind.name}",
+            context=work_context(self.handle.session_id, self._root_of(task)),
+            attributes={
+                "gen_ai.operation.name": "invoke_agent" if agent else "run_task",
+                "gen_ai.agent.name": kind.name,
+                "gen_ai.conversation.id": self.handle.session_id,
+                "brainhands.task.id": task.id,
+                "brainhands.task.phase": task.phase,
+                "brainhands.task.attempts": task.attempts,
+                "brainhands.fence": self.fence or 0,
+                "brainhands.runner": self.services.runner_id,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
+        ):
+            return await self._run_phase(task, kind)
+
+    def _root_of(self, task: Task) -> str:
+        tasks, current = self.handle.state.tasks, task
+        for _ in range(len(tasks) + 1):
+            parent = tasks.get(current.parent_id) if current.parent_id else None
+            if parent is None:
+                return current.id
+            current = parent
+        return current.id
+
+    async def _run_phase(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         handler = kind.phases[task.phase]
         context = PhaseContext(
             task, self.handle, self.services, lease=self.lease, progress=self.progress

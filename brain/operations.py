@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from opentelemetry.trace import SpanKind
 from pydantic import JsonValue
 
 from brain.services import Services
@@ -59,6 +60,7 @@ from coordination.leases import LeaseProof
 from lifecycle.cancellation import write_cancelled
 from lifecycle.decision import Decision, Evidence, Policy, Step, decide
 from runtime.incarnation import ProcessState, process_state
+from runtime.tracing import TRACER, carrier
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +277,16 @@ class Operations:
             return performed.model_copy(update={"path": path})
         if record is not None and record.status is OperationStatus.UNCERTAIN:
             raise OperationParked(record.reason or "outcome unknown", operation_id=op_id)
+        with TRACER.start_as_current_span(
+            f"execute_tool {spec.name}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": spec.name,
+                "gen_ai.tool.call.id": op_id,
+            },
+        ):
+            trace_context = carrier()
         raise Dispatched(
             Dispatch(
                 operation_id=op_id,
@@ -285,6 +297,7 @@ class Operations:
                 args=args,
                 replay=spec.replay,
                 committed_at=self._services.clock(),
+                trace=trace_context,
             )
         )
 

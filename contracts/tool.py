@@ -222,6 +222,9 @@ class Dispatch(Frozen):
     args: Any = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
     committed_at: AwareDatetime = Field(default_factory=utcnow)
+    #: the trace context of the Brain's ``execute_tool`` span (W3C ``traceparent``): the
+    #: Hands' spans join the Brain's trace (``runtime.tracing``); never read otherwise
+    trace: dict[str, str] = Field(default_factory=dict, max_length=4)
 
 
 class Cancellation(Frozen):

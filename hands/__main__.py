@@ -13,6 +13,7 @@ from hands.app import open_hands
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import configure_logging
+from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
 from webapi.probes import ProbeHost, ProbePort, Probes, serve, until_stopped
 
@@ -37,6 +38,7 @@ def run(
 ) -> None:
     """Pull dispatched operations from JetStream and run them in sandboxes."""
     configure_logging("hands")
+    setup_tracing("hands")
     try:
         settings = HandsSettings.from_env(
             store_url=store, nats_url=nats, concurrency=concurrency, sandbox=sandbox

@@ -32,6 +32,7 @@ from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import configure_logging
+from runtime.tracing import setup_tracing
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import Grant, grants_from_env
@@ -176,6 +177,7 @@ def serve_command(
 ) -> None:
     """Serve the Hands HTTP API; tokens come from BH_HANDS_API_TOKEN(S_FILE) only."""
     configure_logging("hands-api")
+    setup_tracing("hands-api")
     try:
         settings = ApiSettings.from_env(
             host=host,

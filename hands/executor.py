@@ -40,6 +40,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
 from contracts import (
     AlreadyExists,
     BrainhandsError,
@@ -73,6 +76,7 @@ from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, St
 from runtime.cancellation import cancel_and_wait
 from runtime.crashpoints import CrashPoints
 from runtime.logs import log_context
+from runtime.tracing import TRACER, from_carrier
 from session_store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -164,8 +168,17 @@ class Executor:
         self.inflight.add(dispatch.operation_id)
         ids = {"session_id": dispatch.session_id, "task_id": dispatch.task_id}
         try:
-            with log_context(operation_id=dispatch.operation_id, **ids):
-                return await self._handle(dispatch)
+            with log_context(operation_id=dispatch.operation_id, **ids), _traced(dispatch) as span:
+                result = await self._handle(dispatch)
+                if result is not None:
+                    span.set_attributes(
+                        {
+                            "brainhands.result.path": result.path,
+                            "brainhands.result.succeeded": result.succeeded,
+                            "brainhands.result.termination": result.termination or "",
+                        }
+                    )
+                return result
         finally:
             self.inflight.discard(dispatch.operation_id)
 
@@ -432,6 +445,16 @@ class Executor:
     async def _claim(
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
     ) -> Operation:
+        with TRACER.start_as_current_span(
+            "claim", attributes={"brainhands.new_attempt": new_attempt}
+        ):
+            claimed = await self._claim_record(record, definition, new_attempt=new_attempt)
+        trace.get_current_span().set_attribute("brainhands.attempt", claimed.attempts)
+        return claimed
+
+    async def _claim_record(
+        self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
+    ) -> Operation:
         """A create-once revision naming this executor; of several claimers one wins."""
         deadline = (
             self.clock() + timedelta(seconds=definition.timeout_s) + self.lifecycle.start_allowance
@@ -485,7 +508,15 @@ class Executor:
         saving = asyncio.create_task(previews.run()) if previews is not None else None
         asked = self.clock()
         try:
-            outcome = await self.sandbox.run(spec, log=previews.log if previews else None)
+            running = {"brainhands.mode": mode.value, "brainhands.collect_only": collect}
+            with TRACER.start_as_current_span("sandbox run", attributes=running) as span:
+                outcome = await self.sandbox.run(spec, log=previews.log if previews else None)
+                span.set_attributes(
+                    {
+                        "brainhands.container": outcome.container or "",
+                        "brainhands.termination": outcome.termination.value,
+                    }
+                )
             started = outcome.started_at
             if not collect and started is not None and started >= asked:  # not a reconnect
                 self.metrics.sandbox_started((started - asked).total_seconds())
@@ -778,3 +809,19 @@ def _not_registered(tool: str, version: int | None) -> BrainhandsError:
 
 def _no_query(definition: ToolDefinition) -> BrainhandsError:
     return InvalidInput(f"tool {definition.ref} has no query entry point")
+
+
+def _traced(dispatch: Dispatch) -> Any:
+    """The Hands' ``execute_tool`` span of ``dispatch``, a child of the Brain's (the
+    context the dispatch carries; ``runtime.tracing``)."""
+    return TRACER.start_as_current_span(
+        f"execute_tool {dispatch.tool}",
+        context=from_carrier(dispatch.trace),
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": dispatch.tool,
+            "gen_ai.tool.call.id": dispatch.operation_id,
+            "gen_ai.conversation.id": dispatch.session_id,
+        },
+    )

@@ -13,6 +13,7 @@ import typer
 from contracts import BrainhandsError
 from coordination import redis_client
 from runtime.logs import configure_logging
+from runtime.tracing import setup_tracing
 from scheduler.assembly import Connections, build
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import SchedulerSettings
@@ -42,6 +43,7 @@ def run(
 ) -> None:
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
     configure_logging("scheduler")
+    setup_tracing("scheduler")
     every = timedelta(seconds=reconcile_seconds) if reconcile_seconds > 0 else None
     connections = Connections(
         store_url=store, redis_url=redis_url, nats_url=nats, namespace=namespace

@@ -25,6 +25,7 @@ from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
 from coordination import WakeQueue, redis_client
 from runtime.logs import configure_logging
+from runtime.tracing import setup_tracing
 from session_store import open_store
 from webapi import server as web
 from webapi.auth import Grant, grants_from_env
@@ -119,6 +120,7 @@ def serve_command(
 ) -> None:
     """Serve the Session HTTP API; tokens come from BH_SESSION_API_TOKEN(S_FILE) only."""
     configure_logging("session-api")
+    setup_tracing("session-api")
     try:
         settings = SessionApiSettings.from_env(host=host, port=port, store_url=store)
         wakes = None if not redis_url else rq_wakes(redis_url, namespace)

@@ -4,12 +4,15 @@ On ``bh up`` (the five-emails example, one Brain, one Hands in Docker): log in, 
 sessions page, follow a running session live until it is answered while its Brain is
 killed mid-tool and started again — the page shows the five ``send_email`` operations
 and the takeover in its timeline — and press cancel on another session and see it end.
-A session of 50 tasks draws one legible row per task. Screenshots of the main pages go
+A session of 50 tasks draws one legible row per task. Every process exports its spans
+over OTLP to a receiver in the test: the five-emails session is one trace across both
+Brain incarnations and the Hands. Screenshots of the main pages go
 to ``BH_CONSOLE_SCREENSHOTS`` (the ones in docs/ were made so) or the test's own dir.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -20,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 from playwright.async_api import Browser, Page, async_playwright, expect
 from pydantic import SecretStr
 
@@ -28,11 +32,13 @@ from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, TaskSpec, Wait
 from brain.registry import Registry
 from contracts.question import Question
+from runtime.tracing import work_context
 from session_api.app import create_app
 from tests.integration.test_system import bh, system_env
 from tests.support.http_server import serve
 from tests.support.images import tool_images
 from tests.support.kernel import kernel, kind
+from tests.support.otlp import Receiver, otlp_receiver
 from tests.support.services import missing
 
 TOKEN = "console-token-0123456789"
@@ -73,7 +79,13 @@ async def log_in(browser: Browser, url: str, token: str) -> Page:
 async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_another(
     tmp_path: Path, chromium: Browser
 ) -> None:
-    env = system_env(tmp_path)
+    with otlp_receiver() as receiver:
+        env = system_env(tmp_path) | {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        await _follow_kill_and_cancel(tmp_path, chromium, env)
+        _one_trace_across_the_kill(receiver)
+
+
+async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[str, str]) -> None:
     tool_images()
     up = (
         # a namespace of its own: a rerun within NATS's duplicate window (2 min) would
@@ -107,6 +119,7 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
 
         # the first email's operation appears live; then the Brain dies mid-tool
         await expect(page.locator("tr.operation").first).to_be_visible(timeout=60_000)
+        await asyncio.sleep(1.5)  # the Brain's spans so far leave in their batch (0.5 s)
         record = read_pidfile(system / "run" / "brain-1.pid")
         assert record is not None
         os.kill(record.pid, signal.SIGKILL)
@@ -193,3 +206,27 @@ async def test_a_session_of_fifty_tasks_draws_one_legible_row_per_task(
                 await page.locator("section.graph").screenshot(path=str(shot))
             finally:
                 await page.close()
+
+
+def _one_trace_across_the_kill(receiver: Receiver) -> None:
+    """The five-emails session is one trace: the agent's phases on both Brain
+    incarnations (before and after the kill), its model calls, and each email's
+    ``execute_tool`` on the Brain and, as its child, on the Hands."""
+    root = trace.get_current_span(work_context("five", "root.notify-1")).get_span_context()
+    expected = f"{root.trace_id:032x}"
+    agent = [
+        s
+        for s in receiver.named("invoke_agent ")
+        if s.attributes["gen_ai.conversation.id"] == "five"
+    ]
+    assert agent and {s.trace_id for s in agent} == {expected}
+    assert len({s.attributes["brainhands.runner"] for s in agent}) == 2  # two Brains
+    chats = receiver.named("chat scripted-notices")
+    assert len(chats) >= 2 and {s.trace_id for s in chats} == {expected}
+    assert all(s.attributes["gen_ai.usage.output_tokens"] > 0 for s in chats)
+    tools = receiver.named("execute_tool send_email")
+    brain = {s.span_id: s for s in tools if s.service == "brainhands-brain"}
+    hands = [s for s in tools if s.service == "brainhands-hands"]
+    assert {s.trace_id for s in tools} == {expected}
+    called = {s.attributes["gen_ai.tool.call.id"] for s in hands}
+    assert len(called) == 5 and all(s.parent_span_id in brain for s in hands)

@@ -1,0 +1,83 @@
+"""OpenTelemetry traces of brainhands, on the GenAI semantic conventions.
+
+Exported over OTLP (HTTP/protobuf) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set; otherwise the API's no-op tracer costs
+next to nothing. The standard ``OTEL_*`` variables (headers, timeouts, sampler) apply.
+
+One trace per piece of work a person asked for: a submission's root task and every task
+under it, whichever Brain runs each phase — the trace id is derived from the session and
+the root task's id, so a Brain that takes the session over after a crash writes into the
+same trace (its spans are siblings under the same virtual root, not children of the dead
+Brain's). Spans:
+
+* ``invoke_agent {kind}`` / ``run_task {kind}``: one phase run of a task (an agent's, or
+  another kind's), on a Brain;
+* ``chat {model}``: one model call, with ``gen_ai.request.model``,
+  ``gen_ai.usage.input_tokens``/``output_tokens``, ``gen_ai.response.finish_reasons``;
+* ``execute_tool {tool}``: on the Brain when a sandboxed call is committed as an intent,
+  and on each Hands that handles the operation (its claim and sandbox run as children),
+  with ``gen_ai.tool.call.id`` = the operation id. The intent's dispatch carries the
+  Brain span's W3C ``traceparent``: a Hands on another host, or a later attempt after a
+  crash, joins the same trace.
+
+Spans still in a batch when a process is SIGKILLed are lost (the batch is sent every
+half second); what the store holds is never lost with them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+TRACER: Final = trace.get_tracer("brainhands")
+_ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def setup_tracing(service: str) -> bool:
+    """Export this process's spans over OTLP when an endpoint is configured; whether so."""
+    if not any(os.environ.get(name) for name in _ENDPOINTS):
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": f"brainhands-{service}"})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=500))
+    trace.set_tracer_provider(provider)
+    atexit.register(provider.shutdown)
+    return True
+
+
+def work_context(session_id: str, root_task_id: str) -> otel_context.Context:
+    """The context whose (virtual, remote) parent span is the root of the trace of
+    ``root_task_id``'s work in ``session_id``: the same on every Brain."""
+    digest = hashlib.sha256(f"{session_id}\x00{root_task_id}".encode()).digest()
+    parent = SpanContext(
+        trace_id=int.from_bytes(digest[:16], "big") or 1,
+        span_id=int.from_bytes(digest[16:24], "big") or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def carrier() -> dict[str, str]:
+    """The current span's context as W3C headers (``traceparent``), to travel in a
+    message; empty when there is no span."""
+    headers: dict[str, str] = {}
+    inject(headers)
+    return headers
+
+
+def from_carrier(headers: Mapping[str, str]) -> otel_context.Context:
+    return extract(dict(headers))
