@@ -82,7 +82,7 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
     with otlp_receiver() as receiver:
         env = system_env(tmp_path) | {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         await _follow_kill_and_cancel(tmp_path, chromium, env)
-        _one_trace_across_the_kill(receiver)
+        _one_trace_across_the_kill(receiver, shots(tmp_path))
 
 
 async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[str, str]) -> None:
@@ -208,7 +208,7 @@ async def test_a_session_of_fifty_tasks_draws_one_legible_row_per_task(
                 await page.close()
 
 
-def _one_trace_across_the_kill(receiver: Receiver) -> None:
+def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     """The five-emails session is one trace: the agent's phases on both Brain
     incarnations (before and after the kill), its model calls, and each email's
     ``execute_tool`` on the Brain and, as its child, on the Hands."""
@@ -230,3 +230,13 @@ def _one_trace_across_the_kill(receiver: Receiver) -> None:
     assert {s.trace_id for s in tools} == {expected}
     called = {s.attributes["gen_ai.tool.call.id"] for s in hands}
     assert len(called) == 5 and all(s.parent_span_id in brain for s in hands)
+    keys = (
+        "brainhands.task.id",
+        "brainhands.runner",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.tool.call.id",
+        "brainhands.result.path",
+        "brainhands.container",
+    )
+    (where / "trace-five-emails.txt").write_text(receiver.tree(expected, keys))

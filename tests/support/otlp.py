@@ -64,6 +64,29 @@ class Receiver:
         with self.lock:
             self.spans.extend(found)
 
+    def tree(self, trace_id: str, keys: tuple[str, ...] = ()) -> str:
+        """The spans of one trace as an indented tree (children under parents, in the
+        order they arrived), with the attributes named by ``keys``."""
+        with self.lock:
+            spans = [span for span in self.spans if span.trace_id == trace_id]
+        ids = {span.span_id for span in spans}
+        children: dict[str, list[Span]] = {}
+        for span in spans:
+            parent = span.parent_span_id if span.parent_span_id in ids else ""
+            children.setdefault(parent, []).append(span)
+        lines: list[str] = [f"trace {trace_id}"]
+
+        def walk(parent: str, depth: int) -> None:
+            for span in children.get(parent, []):
+                shown = ", ".join(
+                    f"{key}={span.attributes[key]}" for key in keys if key in span.attributes
+                )
+                lines.append(f"{'  ' * depth}{span.name}  [{span.service}]  {shown}".rstrip())
+                walk(span.span_id, depth + 1)
+
+        walk("", 1)
+        return "\n".join(lines) + "\n"
+
     def named(self, prefix: str) -> list[Span]:
         with self.lock:
             return [span for span in self.spans if span.name.startswith(prefix)]
