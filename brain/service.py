@@ -205,7 +205,14 @@ class BrainService:
     async def _beat(self) -> None:
         while True:
             try:
-                await self.incarnations.beat(self.holder, self.runner.services.process)
+                stats: dict[str, str | float] = {
+                    "route": self.route,
+                    "slots": self.concurrency,
+                    "in_use": len(self._driving),
+                    "leases": len(self._held),
+                    "beat_at": round(time.time(), 3),
+                }
+                await self.incarnations.beat(self.holder, self.runner.services.process, stats=stats)
             except StoreUnavailable as error:
                 log.warning("cannot beat: %s", error.message)
             except Exception:  # one bad beat must not stop the beating

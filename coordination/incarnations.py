@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 
+import redis
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from contracts.errors import StoreUnavailable
+from contracts.model import Frozen
 from runtime.incarnation import ProcessState, process_state
 
 #: how long a record outlives its last beat: bounds memory, decides nothing
@@ -49,12 +51,17 @@ class RedisIncarnations:
     def key(self, runner_id: str) -> str:
         return f"{self._prefix}:incarnation:{runner_id}"
 
-    async def beat(self, runner_id: str, process: str) -> None:
-        """Record that ``runner_id`` (running as ``process``) is alive now."""
+    async def beat(
+        self, runner_id: str, process: str, *, stats: Mapping[str, str | float] | None = None
+    ) -> None:
+        """Record that ``runner_id`` (running as ``process``) is alive now, with what it
+        says of itself (``stats``: its route, slots, leases — shown to operators)."""
         key = self.key(runner_id)
         with _translated("beat", runner_id):
             async with self._client.pipeline(transaction=True) as pipe:
-                pipe.hset(key, "process", process)
+                fields: dict[str | bytes, str | float] = {"process": process}
+                fields.update(stats or {})
+                pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
                 pipe.hincrby(key, "beats", 1)
                 pipe.pexpire(key, RECORD_TTL)
                 await pipe.execute()
@@ -103,3 +110,50 @@ def _translated(action: str, runner_id: str) -> Iterator[None]:
             runner_id=runner_id,
             action=action,
         ) from exc
+
+
+class BrainBeat(Frozen):
+    """A live Brain incarnation as its last beat described it (for operators)."""
+
+    runner: str
+    process: str = ""
+    route: str = ""
+    slots: int = 0
+    in_use: int = 0
+    leases: int = 0
+    beats: int = 0
+    #: its beat's wall-clock time (its host's clock: for display only)
+    beat_at: float = 0.0
+
+
+def brains(client: redis.Redis, prefix: str, *, limit: int = 500) -> list[BrainBeat]:
+    """The Brain incarnations with a beat record (alive within ``RECORD_TTL``; a dead
+    one's record stays until it expires: see ``beat_at``), at most ``limit``."""
+    keys: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:incarnation:*", count=200):
+        keys.append(key)
+        if len(keys) >= limit:
+            break
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.hgetall(key)
+        records = pipe.execute()
+    found = []
+    start = len(f"{prefix}:incarnation:")
+    for key, record in zip(keys, records, strict=True):
+        fields = {_text(k) or "": _text(v) or "" for k, v in record.items()}
+        numbers = {
+            name: float(fields[name]) if name == "beat_at" else int(fields[name])
+            for name in ("slots", "in_use", "leases", "beats", "beat_at")
+            if fields.get(name, "").replace(".", "", 1).isdigit()
+        }
+        runner = (_text(key) or "")[start:]
+        found.append(
+            BrainBeat(
+                runner=runner,
+                process=fields.get("process", ""),
+                route=fields.get("route", ""),
+                **numbers,
+            )
+        )
+    return sorted(found, key=lambda beat: beat.runner)

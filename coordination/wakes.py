@@ -43,6 +43,7 @@ from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
 from coordination.attention import Attention
 from coordination.backlog import RouteBacklog, wake_backlog
+from coordination.incarnations import BrainBeat, brains
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ class RQWakes:
 
     async def check(self) -> None:
         await asyncio.to_thread(self._sync.ping)
+
+    async def brains(self) -> list[BrainBeat]:
+        """The Brain incarnations that beat (``coordination.incarnations``)."""
+        return await asyncio.to_thread(brains, self._sync, self.prefix)
 
     async def backlog(self) -> list[RouteBacklog]:
         """Waiting wakes per route, the oldest one's age, and whether a Brain serves it."""

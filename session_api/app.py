@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from contracts import InvalidInput
 from contracts.errors import ErrorBody
 from coordination import WakeQueue
-from session_api.console import COOKIE, console_router
+from session_api.console import COOKIE, Brains, console_router
 from session_api.context import ApiContext
 from session_api.inbox import inbox_router
 from session_api.metrics import Backlog, SessionApiMetrics
@@ -61,11 +61,13 @@ def create_app(
     list_limit: int = LIST_LIMIT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     backlog: Backlog | None = None,
+    brains: Brains | None = None,
 ) -> FastAPI:
     """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
     accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
     finds the work later). Request bodies over ``max_body_bytes`` are refused unread
-    (413). ``backlog`` reads the wake queues for ``/metrics`` (``session_api.metrics``)."""
+    (413). ``backlog`` reads the wake queues for ``/metrics`` (``session_api.metrics``)
+    and the console's fleet page, ``brains`` the Brains' beats for that page."""
     grants = grants_of(token, tokens, "Session API")
     if store.read_only:
         raise InvalidInput("the Session API commits submissions: open the store writable")
@@ -107,7 +109,7 @@ def create_app(
         dependencies=[Security(_BEARER)],
         responses=_UNAUTHORIZED,
     )
-    app.include_router(console_router(context, grants, backlog))
+    app.include_router(console_router(context, grants, backlog, brains))
     return app
 
 

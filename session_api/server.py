@@ -92,6 +92,7 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
             tokens=settings.tokens,
             max_body_bytes=settings.max_body_bytes,
             backlog=queue.backlog if isinstance(queue, RQWakes) else None,
+            brains=queue.brains if isinstance(queue, RQWakes) else None,
         )
         checks: dict[str, Check] = {"store": store.backend.check}
         if queue is not None:

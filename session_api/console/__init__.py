@@ -10,6 +10,6 @@ are the API's own: cancel, answer or approve/deny a question, fork from a commit
 """
 
 from session_api.console.login import COOKIE
-from session_api.console.pages import console_router
+from session_api.console.pages import Brains, console_router
 
-__all__ = ["COOKIE", "console_router"]
+__all__ = ["COOKIE", "Brains", "console_router"]

@@ -4,9 +4,11 @@ behind the caller's grant and the form's CSRF token."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import quote, urlencode
@@ -17,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import ValidationError
 
 from contracts import InvalidInput, NotFound
+from coordination.incarnations import BrainBeat
 from session_api.console.graph import task_rows
 from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
 from session_api.console.timeline import timeline
@@ -75,8 +78,15 @@ def _back(url: str, notice: str) -> RedirectResponse:
     return RedirectResponse(f"{url}?{urlencode({'notice': notice})}", 303)
 
 
+#: reads the Brains' beats (``coordination.incarnations.brains``)
+Brains = Callable[[], Awaitable[list[BrainBeat]]]
+
+
 def console_router(
-    context: ApiContext, grants: Sequence[Grant], backlog: Backlog | None
+    context: ApiContext,
+    grants: Sequence[Grant],
+    backlog: Backlog | None,
+    brains: Brains | None = None,
 ) -> APIRouter:
     router = APIRouter(prefix=COOKIE.prefix, include_in_schema=False)
 
@@ -201,15 +211,20 @@ def console_router(
     @router.get("/fleet")
     async def fleet(request: Request) -> HTMLResponse:
         grant = _reader(request)
-        routes, problem = [], None
-        if backlog is None:
+        routes: list[Any] = []
+        beats: list[BrainBeat] = []
+        problem = None
+        if backlog is None or brains is None:
             problem = "this Session API has no wake queue (no Redis): no routes to show"
         else:
             try:
-                routes = await backlog()
+                routes, beats = await asyncio.gather(backlog(), brains())
             except Exception as error:  # the page says so; the log has the rest
-                problem = f"the wake queues could not be read: {type(error).__name__}"
-        return _page("fleet.html", request, grant, routes=routes, problem=problem)
+                problem = f"Redis could not be read: {type(error).__name__}"
+        now = time.time()
+        return _page(
+            "fleet.html", request, grant, routes=routes, brains=beats, problem=problem, now=now
+        )
 
     # -- actions: the API's own, from a form ------------------------------------------
 

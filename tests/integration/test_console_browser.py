@@ -151,6 +151,9 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         await page.screenshot(path=str(where / "console-sessions.png"), full_page=True)
         await page.goto(f"{url}/console/fleet")
         await expect(page.locator("main")).to_contain_text("yes")  # the Brain's route
+        brains = page.locator("tr.brain")  # the killed incarnation's record, and today's
+        await expect(brains).to_have_count(2)
+        await expect(brains.first).to_contain_text("of 8")
         await page.screenshot(path=str(where / "console-fleet.png"), full_page=True)
     finally:
         bh("down", env=env)
