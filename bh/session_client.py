@@ -142,9 +142,16 @@ class SessionApiClient(ApiClient):
         status: str | None = None,
         prefix: str = "",
         after: str | None = None,
+        kind: str | None = None,
     ) -> SessionList:
         """The active sessions, or with ``every`` all of them (``GET /v1/sessions``)."""
-        given = {"limit": limit, "status": status, "prefix": prefix or None, "after": after}
+        given = {
+            "limit": limit,
+            "status": status,
+            "prefix": prefix or None,
+            "after": after,
+            "kind": kind,
+        }
         params = {name: str(value) for name, value in given.items() if value is not None}
         if every:
             params["all"] = "true"

@@ -337,6 +337,9 @@ def sessions(
         SessionStatus | None, typer.Option(help="Only sessions in this state.")
     ] = None,
     prefix: Annotated[str, typer.Option(help="Only sessions whose id begins so.")] = "",
+    kind: Annotated[
+        str | None, typer.Option(help="Only sessions with a root task of this kind.")
+    ] = None,
     after: Annotated[
         str | None, typer.Option(help="With --all: the session id the last page ended at.")
     ] = None,
@@ -356,13 +359,15 @@ def sessions(
             status=None if status is None else status.value,
             prefix=prefix,
             after=after,
+            kind=kind,
         ),
     )
     if as_json:
         print_json(found)
         return
     if not found.sessions:
-        shown = "no session matches" if every or status or prefix else "no session has work left"
+        narrowed = every or status or prefix or kind
+        shown = "no session matches" if narrowed else "no session has work left"
         hint = "" if every else " Finished sessions are listed with --all."
         console.print(f"{shown}.{hint}", highlight=False)
         return

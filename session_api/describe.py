@@ -111,6 +111,7 @@ def session_summary(state: SessionState) -> SessionSummary:
         open_submissions=sum(1 for s in state.submissions.values() if not s.status.is_final),
         blocked=len(blocked_tasks(state)),
         waiting_for_input=len(open_questions(state)),
+        kinds=sorted({task.kind for task in state.tasks.values() if task.parent_id is None}),
     )
 
 

@@ -44,20 +44,24 @@ class Listing:
         limit: int,
         status: SessionStatus | None = None,
         prefix: str = "",
+        kind: str | None = None,
     ) -> None:
         self.store = store
         self.grant = grant
         self.limit = limit
         self.status = status
         self.prefix = prefix
+        self.kind = kind
         self._loads = asyncio.Semaphore(LOADS)
 
     def _wanted(self, summary: SessionSummary) -> bool:
+        if self.kind is not None and self.kind not in summary.kinds:
+            return False
         return self.status is None or _MATCHES[self.status](summary)
 
     async def active(self) -> SessionList:
         """The active index's sessions, newest first."""
-        narrowed = self.grant.restricted or self.status is not None or self.prefix
+        narrowed = self.grant.restricted or self.status or self.prefix or self.kind
         scan = self.limit * SCAN_FACTOR if narrowed else self.limit
         scanned, complete = await self.store.some_active_sessions(scan)
         ids = [s for s in scanned if self.grant.covers(s) and s.startswith(self.prefix)]

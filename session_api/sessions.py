@@ -161,6 +161,10 @@ def sessions_router(context: ApiContext) -> APIRouter:
         prefix: Annotated[
             str, Query(max_length=200, description="Only sessions whose id begins so.")
         ] = "",
+        kind: Annotated[
+            str | None,
+            Query(max_length=200, description="Only sessions with a root task of this kind."),
+        ] = None,
         after: Annotated[
             str | None,
             Query(max_length=200, description="With all: the `next_after` of the last page."),
@@ -172,7 +176,9 @@ def sessions_router(context: ApiContext) -> APIRouter:
         if limit is not None and limit > bound:
             raise InvalidInput(f"limit {limit} is above this API's bound {bound}", field="limit")
         check_paging(every, after)
-        listing = Listing(context.store, grant, limit=limit or bound, status=status, prefix=prefix)
+        listing = Listing(
+            context.store, grant, limit=limit or bound, status=status, prefix=prefix, kind=kind
+        )
         return await (listing.every(after) if every else listing.active())
 
     @router.get("/{session_id}", responses=_ERRORS)

@@ -373,6 +373,8 @@ class SessionSummary(Frozen):
     blocked: int
     #: open questions (tasks waiting for a person's answer)
     waiting_for_input: int = 0
+    #: the kinds of its root tasks (the work asked for) in its recent window
+    kinds: list[str] = Field(default_factory=list)
     problem: str | None = None
 
 

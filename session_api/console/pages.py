@@ -138,11 +138,19 @@ def console_router(
         every: Annotated[bool, Query(alias="all")] = False,
         status: SessionStatus | None = None,
         prefix: Annotated[str, Query(max_length=200)] = "",
+        kind: Annotated[str, Query(max_length=200)] = "",
         after: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         grant = _reader(request)
         check_paging(every, after)
-        listing = Listing(context.store, grant, limit=LIST_PAGE, status=status, prefix=prefix)
+        listing = Listing(
+            context.store,
+            grant,
+            limit=LIST_PAGE,
+            status=status,
+            prefix=prefix,
+            kind=kind or None,
+        )
         found = await (listing.every(after) if every else listing.active())
         return _page(
             "sessions.html",
@@ -152,6 +160,7 @@ def console_router(
             every=every,
             status=status.value if status else "",
             prefix=prefix,
+            kind=kind,
             statuses=[s.value for s in SessionStatus],
         )
 

@@ -1014,6 +1014,9 @@ async def test_every_session_is_listed_with_all_by_status_prefix_and_page(api: A
     assert [s["session_id"] for s in rest["sessions"]] == ["beta:1"]
     by_id = (await api.http.get("/v1/sessions?all=true&prefix=acme:")).json()
     assert [s["session_id"] for s in by_id["sessions"]] == ["acme:1", "acme:2"]
+    assert by_id["sessions"][0]["kinds"] == ["calc"]
+    by_kind = (await api.http.get("/v1/sessions?all=true&kind=calc")).json()
+    assert [s["session_id"] for s in by_kind["sessions"]] == ["acme:1", "acme:2"]
     wrong = await api.http.get("/v1/sessions?status=done")
     assert wrong.status_code == 422 and wrong.json()["error"]["details"]["field"] == "status"
 
