@@ -55,7 +55,7 @@ from contracts.tool import Cancellation
 from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
-from runtime.tracing import TRACER, work_context
+from runtime.tracing import phase_span
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -403,9 +403,13 @@ class Drive:
     async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         """One phase run, traced in the trace of the task's root (``runtime.tracing``)."""
         agent = kind.name == AGENT
-        with TRACER.start_as_current_span(
+        with phase_span(
             f"{'invoke_agent' if agent else 'run_task'} {kind.name}",
-            context=work_context(self.handle.session_id, self._root_of(task)),
+            session_id=self.handle.session_id,
+            root_task_id=self._root_of(task),
+            task_id=task.id,
+            rev=task.rev,
+            attempts=task.attempts,
             attributes={
                 "gen_ai.operation.name": "invoke_agent" if agent else "run_task",
                 "gen_ai.agent.name": kind.name,
@@ -416,8 +420,6 @@ class Drive:
                 "brainhands.fence": self.fence or 0,
                 "brainhands.runner": self.services.runner_id,
             },
-            record_exception=False,
-            set_status_on_exception=False,
         ):
             return await self._run_phase(task, kind)
 

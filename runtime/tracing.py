@@ -11,7 +11,9 @@ same trace (its spans are siblings under the same virtual root, not children of 
 Brain's). Spans:
 
 * ``invoke_agent {kind}`` / ``run_task {kind}``: one phase run of a task (an agent's, or
-  another kind's), on a Brain;
+  another kind's), on a Brain. Its span id is derived from the task and the revision
+  that started the run, so a later start of the same phase (after a crash: another
+  Brain, or this one again) links to the earlier one's span — a link, not a parent;
 * ``chat {model}``: one model call, with ``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``/``output_tokens``, ``gen_ai.response.finish_reasons``;
 * ``execute_tool {tool}``: on the Brain when a sandboxed call is committed as an intent,
@@ -27,18 +29,37 @@ half second); what the store holds is never lost with them.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import hashlib
 import os
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 TRACER: Final = trace.get_tracer("brainhands")
 _ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+_NEXT_SPAN_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "bh_next_span_id", default=None
+)
+
+
+class WorkIds(RandomIdGenerator):
+    """Random ids, except a span id chosen for the next span (``phase_span``)."""
+
+    def generate_span_id(self) -> int:
+        chosen = _NEXT_SPAN_ID.get()
+        if chosen is not None:
+            _NEXT_SPAN_ID.set(None)
+            return chosen
+        return super().generate_span_id()
 
 
 def setup_tracing(service: str) -> bool:
@@ -51,7 +72,7 @@ def setup_tracing(service: str) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({"service.name": f"brainhands-{service}"})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, id_generator=WorkIds())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=500))
     trace.set_tracer_provider(provider)
     atexit.register(provider.shutdown)
@@ -69,6 +90,53 @@ def work_context(session_id: str, root_task_id: str) -> otel_context.Context:
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def phase_span_id(session_id: str, task_id: str, rev: int) -> int:
+    """The span id of the phase run of ``task_id`` started by its revision ``rev``."""
+    digest = hashlib.sha256(f"{session_id}\x00{task_id}\x00{rev}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") or 1
+
+
+@contextlib.contextmanager
+def phase_span(
+    name: str,
+    *,
+    session_id: str,
+    root_task_id: str,
+    task_id: str,
+    rev: int,
+    attempts: int,
+    attributes: dict[str, Any],
+) -> Iterator[trace.Span]:
+    """The span of one phase run: in the trace of ``root_task_id``'s work, with its
+    derived span id, linked to the run the previous revision started when this is not
+    the phase's first start (that one crashed or was retried)."""
+    parent = work_context(session_id, root_task_id)
+    trace_id = trace.get_current_span(parent).get_span_context().trace_id
+    links = []
+    if attempts > 1 and rev > 1:
+        earlier = SpanContext(
+            trace_id=trace_id,
+            span_id=phase_span_id(session_id, task_id, rev - 1),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        links.append(trace.Link(earlier, {"brainhands.link": "earlier attempt"}))
+    token = _NEXT_SPAN_ID.set(phase_span_id(session_id, task_id, rev))
+    try:
+        with TRACER.start_as_current_span(
+            name,
+            context=parent,
+            links=links,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            _NEXT_SPAN_ID.set(None)  # a no-op tracer took no id: none for the next span
+            yield span
+    finally:
+        _NEXT_SPAN_ID.reset(token)
 
 
 def carrier() -> dict[str, str]:

@@ -4,13 +4,14 @@ Brain's ``execute_tool`` span; exported over OTLP to a receiver."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 from opentelemetry import trace
 
-from runtime.tracing import carrier, from_carrier, work_context
+from runtime.tracing import carrier, from_carrier, phase_span_id, work_context
 from tests.support.otlp import otlp_receiver
 from tests.support.processes import ROOT
 
@@ -67,3 +68,43 @@ def test_a_hands_span_joins_the_brains_trace_across_processes() -> None:
     assert agent.trace_id == sent.trace_id == ran.trace_id == f"{root.trace_id:032x}"
     assert agent.parent_span_id == f"{root.span_id:016x}"
     assert sent.parent_span_id == agent.span_id and ran.parent_span_id == sent.span_id
+
+
+_PHASES = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from runtime.tracing import TRACER, WorkIds, phase_span
+memory = InMemorySpanExporter()
+provider = TracerProvider(id_generator=WorkIds())
+provider.add_span_processor(SimpleSpanProcessor(memory))
+trace.set_tracer_provider(provider)
+ids = {"session_id": "s1", "root_task_id": "root.r1", "task_id": "root.r1", "attributes": {}}
+with phase_span("invoke_agent agent", rev=3, attempts=1, **ids):  # the Brain that dies
+    with TRACER.start_as_current_span("chat m"):
+        pass
+with phase_span("invoke_agent agent", rev=4, attempts=2, **ids):  # the one that resumes
+    pass
+print(json.dumps([
+    {"name": s.name, "span": s.context.span_id, "trace": s.context.trace_id,
+     "parent": s.parent.span_id if s.parent else None,
+     "links": [link.context.span_id for link in s.links]}
+    for s in memory.get_finished_spans()
+]))
+"""
+
+
+def test_a_resumed_phase_links_to_the_earlier_attempt_not_parents_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PHASES], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    chat, first, second = json.loads(done.stdout)
+    root = trace.get_current_span(work_context("s1", "root.r1")).get_span_context()
+    assert first["span"] == phase_span_id("s1", "root.r1", 3)
+    assert second["span"] == phase_span_id("s1", "root.r1", 4)
+    assert first["trace"] == second["trace"] == chat["trace"] == root.trace_id
+    assert first["parent"] == second["parent"] == root.span_id  # siblings, not parent-child
+    assert second["links"] == [first["span"]] and first["links"] == []
+    assert chat["parent"] == first["span"] and chat["span"] != first["span"]
