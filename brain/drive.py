@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from opentelemetry import trace
 from pydantic import JsonValue
 
 from brain import decide, planner
@@ -549,6 +550,7 @@ class Drive:
                     await self.handle.refresh()
                     continue
                 self.commits += 1
+                _traced_commit(self.handle.seq, self.fence, label)
                 if commit.applied_operations:
                     self.services.metrics.applied(commit.applied_operations, self.services.clock())
                 if folded:
@@ -647,3 +649,13 @@ class Drive:
             if not isinstance(error, BrainhandsError):
                 log.error("a phase stopped with the drive raised: %r", error)
         self.inflight.clear()
+
+
+def _traced_commit(seq: int, fence: int | None, label: str) -> None:
+    """A commit made inside a phase run is an event on its span (``runtime.tracing``)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            "commit",
+            {"brainhands.seq": seq, "brainhands.fence": fence or 0, "brainhands.label": label},
+        )
