@@ -213,7 +213,8 @@ def _logs_are_json_lines_with_ids(logs: Path) -> None:
     """With ``BH_LOG_FORMAT=json`` every line a service logged is a JSON object; the
     Brain's model call names its session and task."""
     lines: list[dict[str, Any]] = []
-    for path in logs.glob("*.log"):
+    services = ("brain-", "hands-", "scheduler", "session-api")  # not the example's servers
+    for path in (p for p in logs.glob("*.log") if p.name.startswith(services)):
         for text in path.read_text().splitlines():
             if text.strip() and not text.startswith("--- bh dev"):  # the launcher's header
                 lines.append(json.loads(text))
