@@ -169,6 +169,7 @@ class Executor:
         ids = {"session_id": dispatch.session_id, "task_id": dispatch.task_id}
         try:
             with log_context(operation_id=dispatch.operation_id, **ids), _traced(dispatch) as span:
+                span.set_attribute("brainhands.executor", self.executor_id)
                 result = await self._handle(dispatch)
                 if result is not None:
                     span.set_attributes(

@@ -176,6 +176,7 @@ def console_router(
         return {
             "view": view,
             "rows": task_rows(view.tasks),
+            "documents": sorted(handle.state.documents.values(), key=lambda d: d.name),
             "timeline": list(reversed(timeline(records))),
             "older": start + 1 if start > 0 else None,
             "newer": end + TIMELINE_PAGE if end <= handle.seq else None,

@@ -1,6 +1,6 @@
 """The web console in a real browser: Debian's chromium, headless, driven by Playwright.
 
-On ``bh up`` (the five-emails example, one Brain, one Hands in Docker): log in, open the
+On ``bh up`` (the five-emails example, one Brain, two Hands in Docker): log in, open the
 sessions page, follow a running session live until it is answered while its Brain is
 killed mid-tool and started again — the page shows the five ``send_email`` operations
 and the takeover in its timeline — and press cancel on another session and see it end.
@@ -90,7 +90,7 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
     up = (
         # a namespace of its own: a rerun within NATS's duplicate window (2 min) would
         # publish the same operation ids on the same streams, dropped as duplicates
-        *("up", "--brains", "1", "--hands", "1", "--no-infra"),
+        *("up", "--brains", "1", "--hands", "2", "--no-infra"),
         *("--namespace", f"sysconsole{uuid.uuid4().hex[:6]}"),
         *("--example", "five-emails", "--plugin", "tests.support.brain_plugins:plugin"),
     )
@@ -131,6 +131,7 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         operations = page.locator("tr.operation")
         await expect(operations).to_have_count(5)
         await expect(page.locator("section.operations")).to_contain_text("send_email")
+        await expect(page.locator("tr.document").first).to_be_visible()  # the batch's plan
         await expect(page.locator("tr.takeover").first).to_be_visible()
         await expect(page.locator("li.task.terminal button")).to_have_count(0)  # nothing to cancel
         where = shots(tmp_path)
