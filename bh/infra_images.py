@@ -148,19 +148,21 @@ def _debootstrap(rootfs: Path, include: list[str], log: Path) -> None:
 
 
 def _import(rootfs: Path, tag: str, wanted: str) -> None:
-    tar = subprocess.Popen(
-        ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE
-    )
     changes = [
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "ENV LANG=C.UTF-8",
         f"LABEL {BUILD_HASH_LABEL}={wanted}",
     ]
     flags = [arg for change in changes for arg in ("--change", change)]
-    imported = subprocess.run(
-        ["docker", "import", *flags, "-", tag], stdin=tar.stdout, capture_output=True, check=False
-    )
-    tar.wait()
+    archive = ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."]
+    # ``with``: the pipe's read end is closed here once docker has it (else it leaks)
+    with subprocess.Popen(archive, stdout=subprocess.PIPE) as tar:
+        imported = subprocess.run(
+            ["docker", "import", *flags, "-", tag],
+            stdin=tar.stdout,
+            capture_output=True,
+            check=False,
+        )
     if imported.returncode != 0 or tar.returncode != 0:
         raise BrainhandsError(f"importing {tag} failed: {imported.stderr.decode()[-1000:]}")
 

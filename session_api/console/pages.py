@@ -173,11 +173,15 @@ def console_router(
         end = min(older or handle.seq + 1, handle.seq + 1)
         start = max(0, end - 1 - TIMELINE_PAGE)
         records = await context.store.commits(session_id, after=start, limit=end - 1 - start)
+        earlier = max(0, start - TIMELINE_PAGE)
+        before = []
+        if start > 0:  # who wrote last before this page: a takeover on its first claim shows
+            before = await context.store.commits(session_id, after=earlier, limit=start - earlier)
         return {
             "view": view,
             "rows": task_rows(view.tasks),
             "documents": sorted(handle.state.documents.values(), key=lambda d: d.name),
-            "timeline": list(reversed(timeline(records))),
+            "timeline": list(reversed(timeline(records, before))),
             "older": start + 1 if start > 0 else None,
             "newer": end + TIMELINE_PAGE if end <= handle.seq else None,
             "paged": older is not None,

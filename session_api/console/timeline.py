@@ -1,9 +1,11 @@
 """A session's commits as timeline rows: when, by whom, under which fence, and what each
-commit did — a new holder's claim (another Brain took the session: a crash, a kill or a
-lost lease) is marked as a takeover."""
+commit did — a claim by another process than the one that wrote the session's last
+fenced commit (another Brain took the session: a crash, a kill or a lost lease) is
+marked as a takeover."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,15 +25,20 @@ class TimelineRow:
     what: str
 
 
-def timeline(records: list[CommitRecord], holder_before: str | None = None) -> list[TimelineRow]:
-    """Rows of ``records`` (in seq order); ``holder_before``: the holder of the last
-    claim before them, if known."""
+def timeline(
+    records: Sequence[CommitRecord], before: Sequence[CommitRecord] = ()
+) -> list[TimelineRow]:
+    """Rows of ``records`` (in seq order); ``before``: the commits just before them, to
+    know who wrote the last fenced one (the unfenced ones are the API's ingress)."""
+    writer = None
+    for record in before:
+        if record.writer_fence is not None:
+            writer = record.writer
     rows = []
-    holder = holder_before
     for record in records:
-        takeover = record.claim and holder is not None and record.holder != holder
-        if record.claim:
-            holder = record.holder
+        takeover = record.claim and writer is not None and record.writer != writer
+        if record.writer_fence is not None:
+            writer = record.writer
         rows.append(
             TimelineRow(
                 seq=record.seq,

@@ -379,3 +379,31 @@ def test_send_email_without_a_service_is_an_unknown_outcome(email: Email) -> Non
     status, output = nowhere.tool(MESSAGE, proxy=False)
     assert (status, output["outcome"]) == (75, "unknown")
     assert "Connection refused" in output["error"]
+
+
+def test_importing_a_root_filesystem_leaves_no_pipe_open(tmp_path: Path) -> None:
+    """``bh.infra_images`` pipes ``tar`` into ``docker import``: the pipe is closed
+    after, or the first build on a fresh machine dies of an unraisable ResourceWarning
+    (the compose test's setup failed so in CI)."""
+    import gc
+    import warnings
+
+    from bh.infra_images import _import
+    from tests.support.images import require_docker
+
+    require_docker()
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hostname").write_text("tiny\n")
+    tag = "brainhands/test-import:pipe"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _import(root, tag, "test")
+        gc.collect()
+    client = docker.from_env()
+    try:
+        assert client.images.get(tag).labels
+    finally:
+        client.images.remove(tag, force=True)
+        client.close()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
