@@ -340,6 +340,9 @@ def operation_view(
             exit_code=result.exit_code,
             error=result.error,
             finished_at=result.finished_at,
+            path=result.path,
+            container=result.container,
+            started_at=result.started_at,
         ),
     )
     return OperationView.model_validate(fields)

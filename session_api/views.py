@@ -194,6 +194,11 @@ class ResultSummary(Frozen):
     exit_code: int | None = None
     error: ErrorInfo | None = None
     finished_at: datetime
+    #: how it was reached: ``executed``, ``verified``, ``replayed``, ``reused``...
+    path: str | None = None
+    #: the container that ran it (a Hands' run)
+    container: str | None = None
+    started_at: datetime | None = None
 
 
 class OperationView(Frozen):
