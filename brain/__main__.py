@@ -81,6 +81,7 @@ def run(
     approve: Approve = None,
 ) -> None:
     """Drive SESSION until it is finished or cannot move by itself; print the report."""
+    setup_tracing("brain")
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
     settings = WorkerSettings(
         store_url=store,

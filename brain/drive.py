@@ -56,6 +56,7 @@ from contracts.tool import Cancellation
 from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
+from runtime.tracing import flush as flush_spans
 from runtime.tracing import phase_span
 from session_store import SessionHandle
 
@@ -472,6 +473,7 @@ class Drive:
                 parked=Parked(operation_id=parked.operation_id, reason=parked.message),
             )
         except Dispatched as sent:
+            await flush_spans()  # the dispatch names this Brain's span: send it first
             return self._waiting_for(sent)
         except OperationInFlight as busy:
             return Retry(reason=busy.message, delay=busy.until - self.services.clock())

@@ -59,6 +59,7 @@ from contracts import (
     utcnow,
 )
 from contracts.arguments import argument_problem
+from contracts.fleet import RunningOperation
 from contracts.tool import (
     EXIT_UNKNOWN,
     MAX_ARGUMENT_BYTES,
@@ -153,8 +154,8 @@ class Executor:
         self.pause = pause
         #: how often a running operation's record is read for a recorded cancellation
         self.cancel_poll = cancel_poll
-        #: operations this instance is handling right now
-        self.inflight: set[str] = set()
+        #: operations this instance is handling right now (its beat shows them)
+        self.inflight: dict[str, RunningOperation] = {}
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
@@ -165,7 +166,12 @@ class Executor:
             return existing
         if dispatch.operation_id in self.inflight:
             raise Duplicate(f"{dispatch.operation_id} is already being handled here")
-        self.inflight.add(dispatch.operation_id)
+        self.inflight[dispatch.operation_id] = RunningOperation(
+            operation_id=dispatch.operation_id,
+            tool=dispatch.tool,
+            session_id=dispatch.session_id,
+            since=self.clock(),
+        )
         ids = {"session_id": dispatch.session_id, "task_id": dispatch.task_id}
         try:
             with log_context(operation_id=dispatch.operation_id, **ids), _traced(dispatch) as span:
@@ -181,7 +187,7 @@ class Executor:
                     )
                 return result
         finally:
-            self.inflight.discard(dispatch.operation_id)
+            self.inflight.pop(dispatch.operation_id, None)
 
     async def _handle(self, dispatch: Dispatch) -> OperationResult | None:
         definition, problem = await self._check(dispatch)

@@ -11,8 +11,9 @@ A dispatch the store does not back (no committed intent) is refused, counted and
 and changes nothing. Any error handling one message is logged and counted
 (``loop_errors_total``) and the message comes back later. A consumer that stops answering
 (NATS away, or its stream lost with NATS's data) is bound again — the streams re-created
-first —, never given up. It also listens for cancellations and reaps containers it owns
-(on start and periodically).
+first —, never given up. It also listens for cancellations, reaps containers it owns
+(on start and periodically), and writes its beat to the store for operators
+(``session_store.fleet``: its slots, operations, containers and the dispatch backlog).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -32,10 +35,11 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
-from bus.backlog import HANDS_CONSUMER
+from bus.backlog import HANDS_CONSUMER, DispatchBacklog
 from contracts import BrainhandsError, OperationMismatch
+from contracts.fleet import DispatchQueue, HandsBeat
 from contracts.model import Frozen
-from contracts.tool import Cancellation, Dispatch, ResultEvent
+from contracts.tool import Cancellation, Dispatch, DispatchMode, ResultEvent
 from hands.executor import Busy, Duplicate, Executor, NotCommitted, Publish
 from runtime.cancellation import cancel_and_wait
 
@@ -57,6 +61,8 @@ class ConsumerSettings(Frozen):
     rebind_every: timedelta = timedelta(seconds=1)
     #: while fetches come back empty, how often to ask whether the consumer still exists
     consumer_check: timedelta = timedelta(seconds=3)
+    #: how often this Hands writes its beat (``session_store.fleet``) for operators
+    beat_every: timedelta = timedelta(seconds=10)
 
 
 class HandsService:
@@ -102,6 +108,7 @@ class HandsService:
         self._subscriptions.append(pull)
         self._subscriptions.append(await self.bus.listen(CANCEL_SUBJECT, self._on_cancel))
         reaper = asyncio.create_task(self._reap_periodically())
+        beater = asyncio.create_task(self._beat_periodically())
         try:
             while not self._stopping.is_set():
                 free = self.settings.concurrency - self._busy
@@ -116,7 +123,7 @@ class HandsService:
                 for message in messages:
                     self._start(message)
         finally:
-            await cancel_and_wait(reaper)
+            await cancel_and_wait(reaper, beater)
 
     async def shutdown(self, graceful: timedelta = timedelta(seconds=10)) -> None:
         """Stop fetching; let running operations finish (or leave them to redelivery)."""
@@ -128,6 +135,10 @@ class HandsService:
         if self._running:
             await asyncio.wait(set(self._running), timeout=graceful.total_seconds())
         await cancel_and_wait(*self._running)
+        try:  # gone from the fleet page; a Hands that dies leaves its beat, shown silent
+            await self.executor.store.fleet.leave(self.executor.executor_id)
+        except Exception as error:
+            log.warning("could not remove this Hands' beat: %s", error)
 
     async def _consumer(self) -> Any:
         config = ConsumerConfig(
@@ -293,6 +304,58 @@ class HandsService:
             await self.executor.honour_cancel(cancellation.operation_id)
         except BrainhandsError as error:
             log.warning("cancel %s: %s", cancellation.operation_id, error.message)
+
+    async def beat(self) -> HandsBeat:
+        """Write what this Hands is doing now to the store (for the fleet page):
+        concurrency, its operations with their containers, the dispatch backlog."""
+        executor = self.executor
+        try:
+            containers = {
+                run.operation_id: run
+                for run in await executor.sandbox.owned()
+                if run.mode is DispatchMode.RUN and run.operation_id in executor.inflight
+            }
+        except BrainhandsError:  # the engine is away: the operations, without containers
+            containers = {}
+        running = []
+        for operation in list(executor.inflight.values()):
+            run = containers.get(operation.operation_id)
+            if run is not None:
+                operation = operation.model_copy(
+                    update={"container": run.name, "state": run.state.value}
+                )
+            running.append(operation)
+        try:
+            backlog = await DispatchBacklog.read(self.bus)
+            queue = DispatchQueue(
+                pending=int(backlog.pending),
+                ack_pending=int(backlog.ack_pending),
+                oldest_age_seconds=max(backlog.oldest_age, 0.0),
+            )
+        except Exception as error:  # NATS away: the beat says so (no queue)
+            log.debug("dispatch backlog not read: %s", error)
+            queue = None
+        beat = HandsBeat(
+            executor=executor.executor_id,
+            process=f"{socket.gethostname()} pid {os.getpid()}",
+            concurrency=self.settings.concurrency,
+            running=tuple(running),
+            queue=queue,
+            beat_at=executor.clock(),
+            every_seconds=self.settings.beat_every.total_seconds(),
+        )
+        await executor.store.fleet.beat(beat)
+        return beat
+
+    async def _beat_periodically(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.executor.store.fleet.forget()
+        while True:
+            try:
+                await self.beat()
+            except Exception as error:  # a missed beat shows as silent; nothing else
+                log.warning("beat not written: %s", error)
+            await asyncio.sleep(self.settings.beat_every.total_seconds())
 
     async def _reap_periodically(self) -> None:
         while True:

@@ -18,6 +18,7 @@ partition                               item                        value
 ``op/<operation id>/preview``           ``preview``                 OutputPreview (JSON)
 ``catalog/tools``                       ``<name>@<version, 6 dig>`` ToolDefinition (JSON)
 ``catalog/revisions/<name>@<version>``  rev, 10 digits              ToolRevision (JSON)
+``fleet/hands``                         executor id                 HandsBeat (JSON)
 ======================================  ==========================  =====================
 
 On S3 a key is the object ``<prefix>/<partition>/<item>``; on DynamoDB the item's
@@ -116,6 +117,9 @@ PREVIEW_ITEM = "preview"
 
 
 TOOLS_PARTITION = "catalog/tools"
+
+#: each Hands' last beat (``session_store.fleet``), overwritten
+HANDS_PARTITION = "fleet/hands"
 
 
 def tool_item(name: str, version: int) -> str:

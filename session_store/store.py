@@ -32,6 +32,7 @@ from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
 from session_store.catalog import ToolCatalog
 from session_store.directory import SessionDirectory
+from session_store.fleet import Fleet
 from session_store.handle import SessionHandle
 from session_store.index import ActiveIndex
 from session_store.log import CommitLog
@@ -71,6 +72,8 @@ class SessionStore:
         self.index = ActiveIndex(backend)
         #: every session ever created, listed by id (``session_store.directory``)
         self.directory = SessionDirectory(backend)
+        #: each Hands' last beat, for operators (``session_store.fleet``)
+        self.fleet = Fleet(backend)
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(

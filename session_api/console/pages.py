@@ -18,7 +18,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import ValidationError
 
-from contracts import InvalidInput, NotFound
+from contracts import BrainhandsError, InvalidInput, NotFound, utcnow
 from coordination.incarnations import BrainBeat
 from session_api.console.graph import task_rows
 from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
@@ -235,9 +235,29 @@ def console_router(
                 routes, beats = await asyncio.gather(backlog(), brains())
             except Exception as error:  # the page says so; the log has the rest
                 problem = f"Redis could not be read: {type(error).__name__}"
-        now = time.time()
+        hands, hands_problem = [], None
+        try:
+            hands = await context.store.fleet.hands()
+        except BrainhandsError as error:
+            hands_problem = f"the store could not be read: {error.message}"
+        queue = max(
+            (h for h in hands if h.queue is not None), key=lambda h: h.beat_at, default=None
+        )
         return _page(
-            "fleet.html", request, grant, routes=routes, brains=beats, problem=problem, now=now
+            "fleet.html",
+            request,
+            grant,
+            routes=routes,
+            brains=beats,
+            problem=problem,
+            hands=hands,
+            covered={
+                h.executor: [op for op in h.running if grant.covers(op.session_id)] for h in hands
+            },
+            hands_problem=hands_problem,
+            queue=queue,
+            now=time.time(),
+            utcnow=utcnow(),
         )
 
     # -- actions: the API's own, from a form ------------------------------------------

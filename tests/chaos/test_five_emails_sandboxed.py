@@ -28,6 +28,7 @@ from session_store import SessionStore, open_store
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
 from tests.support.five_emails import BATCH, check_invariants, submit
 from tests.support.images import tool_images
+from tests.support.otlp import otlp_receiver
 from tests.support.sandboxed import Rig, register_send_email, remove_test_containers, stop
 from tests.support.services import require
 from tests.support.stores import new_location
@@ -146,6 +147,37 @@ async def test_a_stopped_hands_resumed_after_a_takeover_changes_nothing(
         await check_invariants(store, email, session, "stopped Hands")
     result = await store.get_operation_result(second)
     assert result is not None and result.executor == f"hands-{rig.namespace}-2"
+    await store.close()
+
+
+async def test_a_brain_killed_right_after_a_dispatch_leaves_its_span_to_the_hands(
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+) -> None:
+    """Tracing on, the Brain is SIGKILLed right after publishing email 1's dispatch: the
+    dispatch carries the Brain's ``execute_tool`` span as the Hands' parent, so that span
+    must have left the Brain before the intent became durable (a span still in the
+    export batch dies with the process) — else the Hands' span is an orphan."""
+    store_url, store = await _store(tmp_path, servers)
+    rig = _rig(tmp_path, store_url, servers)
+    session = "traced"
+    await submit(store, session)
+    with otlp_receiver() as receiver:
+        otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        hands = await rig.hands(**otlp)
+        try:
+            point = "relay:published:tools.dispatch.send_email#1"
+            assert await rig.brain(session, BH_CRASH_AT=point, **otlp) == -signal.SIGKILL
+            assert await rig.brain(session, **otlp) == 0
+        finally:
+            await stop(hands)  # its spans leave at exit
+        tools = receiver.named("execute_tool send_email")
+    async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
+        await check_invariants(store, email, session, "traced")
+    brain = {s.span_id for s in tools if s.service == "brainhands-brain"}
+    ran = [s for s in tools if s.service == "brainhands-hands"]
+    assert len({s.attributes["gen_ai.tool.call.id"] for s in ran}) == 5
+    orphans = [s.attributes["gen_ai.tool.call.id"] for s in ran if s.parent_span_id not in brain]
+    assert orphans == [], f"Hands spans whose Brain span was lost: {orphans}"
     await store.close()
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from contracts.fleet import DispatchQueue, HandsBeat, RunningOperation
 from tests.integration.test_session_api import TOKEN, Api, open_api
 
 
@@ -122,3 +124,50 @@ async def test_a_session_of_many_commits_pages_its_timeline(api: Api) -> None:
         before = (await client.get(f"/console/sessions/s1?older={older.group(1)}")).text
         seqs = [int(s) for s in re.findall(r'class="commit[^"]*" data-seq="(\d+)"', before)]
         assert seqs == list(range(70, 20, -1))
+
+
+async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api: Api) -> None:
+    """The Hands' beats from the store: slots, operations with their containers (linked),
+    the dispatch backlog from the freshest beat, and a silent Hands marked so."""
+    now = datetime.now(UTC)
+    store = api.k.store
+    running = RunningOperation(
+        operation_id="op-abc",
+        tool="send_email",
+        session_id="s1",
+        since=now - timedelta(seconds=12),
+        container="bh-x_op-abc",
+        state="running",
+    )
+    queue = DispatchQueue(pending=7, ack_pending=1, oldest_age_seconds=42.0)
+    await store.fleet.beat(
+        HandsBeat(
+            executor="hands-live",
+            process="host-a pid 10",
+            concurrency=4,
+            running=(running,),
+            queue=queue,
+            beat_at=now,
+            every_seconds=10,
+        )
+    )
+    await store.fleet.beat(
+        HandsBeat(
+            executor="hands-dead",
+            process="host-b pid 11",
+            concurrency=2,
+            beat_at=now - timedelta(minutes=5),
+            every_seconds=10,
+        )
+    )
+    async with browser(api) as client:
+        page = (await client.get("/console/fleet")).text
+    live = page[page.index('data-executor="hands-live"') :]
+    live = live[: live.index("</tr>")]
+    assert "1 of 4" in live and "bh-x_op-abc" in live and "(running)" in live
+    assert 'href="/console/operations/op-abc"' in live and "silent" not in live
+    dead = page[page.index('data-executor="hands-dead"') :]
+    dead = dead[: dead.index("</tr>")]
+    assert "0 of 2" in dead and "silent" in dead and 'class="hands-instance stale"' in page
+    stream = page[page.index('class="queue"') :]
+    assert "<td>7</td><td>1</td><td>42.0 s</td>" in stream and "hands-live" in stream

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -37,8 +38,10 @@ from contracts import (
     UnknownRecordVersion,
     VersionMismatch,
 )
+from contracts.fleet import DispatchQueue, HandsBeat, RunningOperation
 from session_store import layout, open_store
 from session_store.codec import decode
+from session_store.layout import HANDS_PARTITION
 from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
@@ -497,6 +500,46 @@ async def test_the_directory_lists_every_session_by_id_in_pages(location: StoreL
     assert last == ["zeta"] and after is None
     acme, _ = await store.directory.page(prefix="beta:", limit=10)
     assert acme == ["beta:1", "beta:2"]
+
+
+# --- the Hands' beats (for operators) ------------------------------------------------------
+
+
+async def test_hands_beats_are_overwritten_listed_forgotten_and_left(
+    location: StoreLocation,
+) -> None:
+    """A beat replaces the last one of its Hands; a corrupt record is skipped and loses
+    nothing else; a beat older than a day is not listed and is removed by ``forget``; a
+    Hands that leaves takes its record with it."""
+    store = await location.open()
+    now = datetime.now(UTC)
+
+    def beat(executor: str, at: datetime, running: int = 0) -> HandsBeat:
+        ops = tuple(
+            RunningOperation(operation_id=f"op-{n}", tool="t", session_id="s1", since=at)
+            for n in range(running)
+        )
+        return HandsBeat(
+            executor=executor,
+            process="host pid 1",
+            concurrency=4,
+            running=ops,
+            queue=DispatchQueue(pending=3, ack_pending=1, oldest_age_seconds=2.5),
+            beat_at=at,
+            every_seconds=10,
+        )
+
+    await store.fleet.beat(beat("hands-a", now - timedelta(seconds=20)))
+    await store.fleet.beat(beat("hands-a", now, running=2))
+    await store.fleet.beat(beat("hands-b", now - timedelta(days=2)))
+    await store.backend.put(HANDS_PARTITION, "hands-c", b"{not json")
+    listed = await store.fleet.hands()
+    assert [(h.executor, h.in_use, h.beat_at) for h in listed] == [("hands-a", 2, now)]
+    assert listed[0].queue == DispatchQueue(pending=3, ack_pending=1, oldest_age_seconds=2.5)
+    assert await store.fleet.forget() == ["hands-b"]
+    await store.fleet.leave("hands-a")
+    assert await store.fleet.hands() == []
+    assert await store.backend.keys(HANDS_PARTITION) == ["hands-c"]  # unreadable, kept
 
 
 async def test_missing_bucket_or_table_is_a_clear_error(location: StoreLocation) -> None:

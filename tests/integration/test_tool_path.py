@@ -118,6 +118,49 @@ async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
     assert task is not None and task.outcome is Outcome.CANCELLED
 
 
+async def test_a_hands_beat_shows_its_operations_containers_and_backlog(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """For the console's fleet page: while an operation runs, the Hands' beat in the store
+    names it, its container, the slots and the dispatch stream (one delivered, not yet
+    acknowledged; the second call waits in the stream, the only slot being busy); a
+    Hands that stops removes its beat."""
+    ledger = tmp_path / "ledger"
+    store, tools = await sandboxed_act(location, ledger)
+    registry = Registry()
+
+    async def slow(ctx: PhaseContext) -> PhaseOutcome:
+        await ctx.operation("act", {"sleep": 30.0}, "act")
+        return Done(result="finished")
+
+    registry.add(kind("caller", {"start": slow}))
+    sandbox = ProcessSandbox(tmp_path / "runs")
+    client = SessionClient(store)
+    async with scratch_bus() as bus:
+        runner = SessionRunner(store, registry, brain_services(store, tools, bus))
+        for session in ("s1", "s2"):
+            await client.submit(session, "r1", {"task": {"kind": "caller"}})
+        async with running_hands(store, sandbox, bus, concurrency=1) as hands:
+            (first,) = (await runner.drive("s1")).awaiting
+            await assert_eventually(lambda: _running(sandbox, first), within=20)
+            (second,) = (await runner.drive("s2")).awaiting
+            beat = await hands.beat()
+            assert [(b.executor, b.in_use) for b in await store.fleet.hands()] == [
+                ("hands-test", 1)
+            ]
+            (running,) = beat.running
+            assert (running.operation_id, running.tool, running.state) == (first, "act", "running")
+            assert running.container is not None and running.session_id == "s1"
+            assert beat.concurrency == 1 and beat.queue is not None
+            assert (beat.queue.pending, beat.queue.ack_pending) == (1, 1)
+            assert beat.queue.oldest_age_seconds > 0
+            for session in ("s1", "s2"):
+                await client.cancel(session, request_id="r1", reason="done looking")
+                await runner.drive(session)
+        assert await store.fleet.hands() == []
+        assert second != first
+
+
 async def test_cancelling_a_task_whose_dispatch_is_queued_means_it_never_runs(
     tmp_path: Path, location: StoreLocation
 ) -> None:
