@@ -48,6 +48,7 @@ async def open_hands(
             ack_wait=settings.ack_wait,
             max_deliver=settings.max_deliver,
             reap_every=settings.reap_every,
+            beat_every=settings.beat_every,
         )
         service = HandsService(bus=bus, executor=executor, settings=consumer)
         resources.push_async_callback(service.shutdown)

@@ -49,6 +49,8 @@ class HandsSettings(Frozen):
     #: out of deliveries must never decide an operation's outcome
     max_deliver: int = Field(default=-1, ge=-1)
     reap_every: timedelta = timedelta(seconds=60)
+    #: how often it writes its beat for the console's fleet page (``BH_HANDS_BEAT``)
+    beat_every: timedelta = timedelta(seconds=10)
     #: HMAC key of the egress proxy's per-operation tokens: stable across restarts (a
     #: container that outlives its Hands keeps its proxy token), so by default kept in
     #: ``secret_file``, created once (mode 0600)
@@ -117,7 +119,12 @@ class HandsSettings(Frozen):
         for field, variable in optional.items():
             if env.get(variable):
                 values[field] = env[variable]
-        for field, variable in (("ack_wait", "BH_HANDS_ACK_WAIT"), ("reap_every", "BH_HANDS_REAP")):
+        timings = {
+            "ack_wait": "BH_HANDS_ACK_WAIT",
+            "reap_every": "BH_HANDS_REAP",
+            "beat_every": "BH_HANDS_BEAT",
+        }
+        for field, variable in timings.items():
             if env.get(variable):
                 values[field] = timedelta(seconds=float(env[variable]))
         if env.get("BH_HANDS_MAX_DELIVER"):

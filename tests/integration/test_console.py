@@ -162,6 +162,7 @@ async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api:
     )
     async with browser(api) as client:
         page = (await client.get("/console/fleet")).text
+    assert page.count('class="hands-instance') == 2 and page.count('class="queue"') == 1
     live = page[page.index('data-executor="hands-live"') :]
     live = live[: live.index("</tr>")]
     assert "1 of 4" in live and "bh-x_op-abc" in live and "(running)" in live

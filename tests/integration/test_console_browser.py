@@ -2,17 +2,19 @@
 
 On ``bh up`` (the five-emails example, one Brain, two Hands in Docker): log in, open the
 sessions page, follow a running session live until it is answered while its Brain is
-killed mid-tool and started again — the page shows the five ``send_email`` operations
-and the takeover in its timeline — and press cancel on another session and see it end.
+killed mid-tool and started again, and the Hands the fleet page shows running that
+email's container is killed too — the page shows the five ``send_email`` operations and
+the takeover in its timeline — and press cancel on another session and see it end.
 A session of 50 tasks draws one legible row per task. Every process exports its spans
 over OTLP to a receiver in the test: the five-emails session is one trace across both
-Brain incarnations and the Hands. Screenshots of the main pages go
+Brain incarnations and both Hands. Screenshots of the main pages go
 to ``BH_CONSOLE_SCREENSHOTS`` (the ones in docs/ were made so) or the test's own dir.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -28,10 +30,12 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from pydantic import SecretStr
 
 from bh.devstack.process import read_pidfile
+from bh.example_stack import EMAIL_PORT
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, TaskSpec, Wait
 from brain.registry import Registry
 from contracts.question import Question
+from examples.emails.client import EmailClient
 from runtime.tracing import work_context
 from session_api.app import create_app
 from tests.integration.test_system import bh, system_env
@@ -64,7 +68,8 @@ def shots(tmp_path: Path) -> Path:
 
 
 async def log_in(browser: Browser, url: str, token: str) -> Page:
-    page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()  # the context's cookie serves its other tabs too
     await page.goto(f"{url}/console/sessions")
     await expect(page).to_have_url(f"{url}/console/login")  # no cookie yet: the form
     await page.fill("input[name=token]", token)
@@ -80,7 +85,11 @@ async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_an
     tmp_path: Path, chromium: Browser
 ) -> None:
     with otlp_receiver() as receiver:
-        env = system_env(tmp_path) | {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        env = system_env(tmp_path) | {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "BH_HANDS_ACK_WAIT": "3",  # a killed Hands' operation is taken over soon
+            "BH_HANDS_BEAT": "1",
+        }
         await _follow_kill_and_cancel(tmp_path, chromium, env)
         _one_trace_across_the_kill(receiver, shots(tmp_path))
 
@@ -108,6 +117,13 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
             posted = await api.post("/v1/sessions/other/submissions", json=slow, headers=auth)
             assert posted.status_code == 201, posted.text
 
+        # the provider holds the first email's answer (then drops it): both kills land
+        # while that email's container runs
+        tokens = json.loads((system / "secrets.json").read_text())
+        email_url = f"http://127.0.0.1:{EMAIL_PORT}"
+        async with EmailClient(email_url, tokens["BH_EMAIL_SERVICE_TOKEN"]) as email:
+            await email.set_faults(1, hold_seconds=12)
+
         page = await log_in(chromium, url, token)
         await expect(page.locator("table.sessions")).to_contain_text("other")
         text = "Send the approved maintenance notice to our five customers."
@@ -124,6 +140,25 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         assert record is not None
         os.kill(record.pid, signal.SIGKILL)
         restarted = bh(*up, env=env)  # starts what is not running: brain-1 again
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+
+        # the fleet page (another tab) names the Hands running that email: kill it too;
+        # the other takes the operation over (its container, not a new send)
+        fleet = await page.context.new_page()
+        await fleet.goto(f"{url}/console/fleet")
+        busy = fleet.locator("tr.hands-instance", has=fleet.locator("li.running-op"))
+        for _ in range(40):  # the page shows the beats of its load: reload until one runs it
+            if await busy.count():
+                break
+            await asyncio.sleep(0.5)
+            await fleet.reload()
+        await expect(busy.locator("li.running-op")).to_contain_text("send_email")
+        await expect(busy.locator("li.running-op")).to_contain_text("(running)")
+        await fleet.screenshot(path=str(shots(tmp_path) / "console-fleet.png"), full_page=True)
+        process = await busy.locator("td").nth(1).inner_text()
+        os.kill(int(process.rsplit("pid", 1)[1]), signal.SIGKILL)
+        await fleet.close()
+        restarted = bh(*up, env=env)  # and starts the killed Hands again
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
         answered = page.locator("tr[data-request='notify-1'] .pill.answered")
@@ -155,7 +190,7 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         brains = page.locator("tr.brain")  # the killed incarnation's record, and today's
         await expect(brains).to_have_count(2)
         await expect(brains.first).to_contain_text("of 8")
-        await page.screenshot(path=str(where / "console-fleet.png"), full_page=True)
+        await expect(page.locator("tr.hands-instance")).to_have_count(2)  # the same two ids
     finally:
         bh("down", env=env)
 
@@ -234,6 +269,10 @@ def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     assert {s.trace_id for s in tools} == {expected}
     called = {s.attributes["gen_ai.tool.call.id"] for s in hands}
     assert len(called) == 5 and all(s.parent_span_id in brain for s in hands)
+    claims = [s for s in receiver.named("claim") if s.trace_id == expected]
+    assert len({s.attributes["brainhands.executor"] for s in claims}) == 2  # two Hands
+    taken = [s for s in hands if s.attributes.get("brainhands.result.path") == "verified"]
+    assert taken  # the held email: taken over from the killed Hands, known by its query
     keys = (
         "brainhands.task.id",
         "brainhands.runner",
