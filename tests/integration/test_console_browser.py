@@ -122,7 +122,7 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         tokens = json.loads((system / "secrets.json").read_text())
         email_url = f"http://127.0.0.1:{EMAIL_PORT}"
         async with EmailClient(email_url, tokens["BH_EMAIL_SERVICE_TOKEN"]) as email:
-            await email.set_faults(1, hold_seconds=12)
+            await email.set_faults(1, hold_seconds=20)
 
         page = await log_in(chromium, url, token)
         await expect(page.locator("table.sessions")).to_contain_text("other")
@@ -139,16 +139,14 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         record = read_pidfile(system / "run" / "brain-1.pid")
         assert record is not None
         os.kill(record.pid, signal.SIGKILL)
-        restarted = bh(*up, env=env)  # starts what is not running: brain-1 again
-        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
         # the fleet page (another tab) names the Hands running that email: kill it too;
         # the other takes the operation over (its container, not a new send)
         fleet = await page.context.new_page()
         await fleet.goto(f"{url}/console/fleet")
         busy = fleet.locator("tr.hands-instance", has=fleet.locator("li.running-op"))
-        for _ in range(40):  # the page shows the beats of its load: reload until one runs it
-            if await busy.count():
+        for _ in range(60):  # the page shows the beats of its load: reload until one runs it
+            if await busy.count() and "(running)" in await busy.inner_text():
                 break
             await asyncio.sleep(0.5)
             await fleet.reload()
@@ -158,7 +156,7 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         process = await busy.locator("td").nth(1).inner_text()
         os.kill(int(process.rsplit("pid", 1)[1]), signal.SIGKILL)
         await fleet.close()
-        restarted = bh(*up, env=env)  # and starts the killed Hands again
+        restarted = bh(*up, env=env)  # starts what is not running: the Brain and the Hands
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
         answered = page.locator("tr[data-request='notify-1'] .pill.answered")
@@ -190,7 +188,9 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         brains = page.locator("tr.brain")  # the killed incarnation's record, and today's
         await expect(brains).to_have_count(2)
         await expect(brains.first).to_contain_text("of 8")
-        await expect(page.locator("tr.hands-instance")).to_have_count(2)  # the same two ids
+        # the killed Hands' last beat (silent, once three beats are missed), and two live
+        await expect(page.locator("tr.hands-instance")).to_have_count(3)
+        await expect(page.locator("tr.hands-instance.stale")).to_have_count(1, timeout=15_000)
     finally:
         bh("down", env=env)
 
@@ -270,7 +270,7 @@ def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     called = {s.attributes["gen_ai.tool.call.id"] for s in hands}
     assert len(called) == 5 and all(s.parent_span_id in brain for s in hands)
     claims = [s for s in receiver.named("claim") if s.trace_id == expected]
-    assert len({s.attributes["brainhands.executor"] for s in claims}) == 2  # two Hands
+    assert len({s.attributes["brainhands.executor"] for s in claims}) >= 2  # the killed one too
     taken = [s for s in hands if s.attributes.get("brainhands.result.path") == "verified"]
     assert taken  # the held email: taken over from the killed Hands, known by its query
     keys = (
@@ -281,5 +281,7 @@ def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
         "gen_ai.tool.call.id",
         "brainhands.result.path",
         "brainhands.container",
+        "brainhands.executor",
     )
-    (where / "trace-five-emails.txt").write_text(receiver.tree(expected, keys))
+    tree = receiver.tree(expected, keys, root=f"{root.span_id:016x}")
+    (where / "trace-five-emails.txt").write_text(tree)

@@ -64,9 +64,11 @@ class Receiver:
         with self.lock:
             self.spans.extend(found)
 
-    def tree(self, trace_id: str, keys: tuple[str, ...] = ()) -> str:
+    def tree(self, trace_id: str, keys: tuple[str, ...] = (), root: str = "") -> str:
         """The spans of one trace as an indented tree (children under parents, in the
-        order they arrived), with the attributes named by ``keys``."""
+        order they arrived), with the attributes named by ``keys``. A span whose parent
+        never arrived, and is not ``root`` (the trace's virtual root), is marked: its
+        parent was lost with a killed process."""
         with self.lock:
             spans = [span for span in self.spans if span.trace_id == trace_id]
         ids = {span.span_id for span in spans}
@@ -81,6 +83,9 @@ class Receiver:
                 shown = ", ".join(
                     f"{key}={span.attributes[key]}" for key in keys if key in span.attributes
                 )
+                lost = parent == "" and span.parent_span_id not in ("", root)
+                if lost:
+                    shown += "  (its parent span was lost with a killed process)"
                 lines.append(f"{'  ' * depth}{span.name}  [{span.service}]  {shown}".rstrip())
                 walk(span.span_id, depth + 1)
 
