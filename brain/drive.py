@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from pydantic import JsonValue
@@ -57,7 +57,7 @@ from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
 from runtime.tracing import flush as flush_spans
-from runtime.tracing import phase_span
+from runtime.tracing import phase_span, wait_span
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class Drive:
         self.lock = asyncio.Lock()
         self.changed = asyncio.Event()
         self.inflight: dict[str, asyncio.Task[None]] = {}
+        #: tasks whose wait the commit being built ends (``_trace_waits``)
+        self._ended_waits: list[Task] = []
         self.handlers: dict[str, asyncio.Future[PhaseOutcome]] = {}
         self.cancel_notes: dict[str, str] = {}
         #: tasks whose running phase was stopped because their cancellation was committed
@@ -226,14 +228,41 @@ class Drive:
         committed = await self._commit_decisions(build)
         if committed:
             self._interrupt(self._interrupts)
+            self._trace_waits()
         if launch:
             self._prove(f"starting {len(launch)} phase(s)")
         for task_id in launch:
             self.inflight[task_id] = asyncio.create_task(self._logged_phases(task_id))
         return committed
 
+    def _trace_waits(self) -> None:
+        """The waits this commit ended, as spans (``runtime.tracing.wait_span``)."""
+        now = self.services.clock()
+        for task in self._ended_waits:
+            wait, sleep = task.wait, task.sleep
+            what = "sleep" if sleep is not None else "question"
+            attributes: dict[str, Any] = {
+                "brainhands.task.id": task.id,
+                "gen_ai.conversation.id": self.handle.session_id,
+            }
+            if wait is not None:
+                what = "operations" if wait.operations else "tasks" if wait.tasks else what
+                attributes["brainhands.wait.operations"] = list(wait.operations)
+                attributes["brainhands.wait.tasks"] = list(wait.tasks)
+                attributes["brainhands.wait.next_phase"] = wait.next_phase
+            wait_span(
+                what,
+                session_id=self.handle.session_id,
+                root_task_id=self._root_of(task),
+                since=task.updated_at,
+                until=now,
+                attributes=attributes,
+            )
+        self._ended_waits = []
+
     def _plan_into(self, b: CommitBuilder, facts: planner.Facts, launch: list[str]) -> None:
         launch.clear()
+        self._ended_waits = []
         ingest(b, root_kind=self.runner.root_kind, refused=self.refused)
         self._interrupts = set(b.interrupts)
         self.plan = planner.plan(
@@ -273,6 +302,7 @@ class Drive:
             launch.append(task.id)
         elif step.kind == "enter":
             assert step.phase is not None
+            self._ended_waits.append(task)  # traced once the commit holds
             decide.enter(b, task.id, step.phase)
             launch.append(task.id)
         elif step.kind == "migrate":

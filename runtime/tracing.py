@@ -14,6 +14,11 @@ Brain's). Spans:
   another kind's), on a Brain. Its span id is derived from the task and the revision
   that started the run, so a later start of the same phase (after a crash: another
   Brain, or this one again) links to the earlier one's span — a link, not a parent;
+* ``wait {what}``: a task's wait, from the commit that began it to the commit that ended
+  it (``operations``, ``tasks``, ``question`` or ``sleep``), written by the Brain that
+  ends it — a wait often outlives the Brain that began it. Its start is the waiting
+  revision's time on the clock of the Brain that wrote it: across hosts the span's length
+  is as good as their clocks' agreement (it never ends before it starts);
 * ``chat {model}``: one model call, with ``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``/``output_tokens``, ``gen_ai.response.finish_reasons``;
 * ``execute_tool {tool}``: on the Brain when a sandboxed call is committed as an intent,
@@ -39,6 +44,7 @@ import contextvars
 import hashlib
 import os
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
@@ -155,6 +161,27 @@ def phase_span(
             yield span
     finally:
         _NEXT_SPAN_ID.reset(token)
+
+
+def wait_span(
+    what: str,
+    *,
+    session_id: str,
+    root_task_id: str,
+    since: datetime,
+    until: datetime,
+    attributes: dict[str, Any],
+) -> None:
+    """Record a finished wait (see the module docstring) in the trace of
+    ``root_task_id``'s work."""
+    end = int(until.timestamp() * 1e9)
+    span = TRACER.start_span(
+        f"wait {what}",
+        context=work_context(session_id, root_task_id),
+        start_time=min(int(since.timestamp() * 1e9), end),
+        attributes=attributes,
+    )
+    span.end(end_time=end)
 
 
 def carrier() -> dict[str, str]:

@@ -156,7 +156,8 @@ async def test_a_brain_killed_right_after_a_dispatch_leaves_its_span_to_the_hand
     """Tracing on, the Brain is SIGKILLed right after publishing email 1's dispatch: the
     dispatch carries the Brain's ``execute_tool`` span as the Hands' parent, so that span
     must have left the Brain before the intent became durable (a span still in the
-    export batch dies with the process) — else the Hands' span is an orphan."""
+    export batch dies with the process) — else the Hands' span is an orphan. Each
+    email's wait is a span too, written by the Brain that ended it."""
     store_url, store = await _store(tmp_path, servers)
     rig = _rig(tmp_path, store_url, servers)
     session = "traced"
@@ -171,6 +172,7 @@ async def test_a_brain_killed_right_after_a_dispatch_leaves_its_span_to_the_hand
         finally:
             await stop(hands)  # its spans leave at exit
         tools = receiver.named("execute_tool send_email")
+        waits = receiver.named("wait operations")
     async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
         await check_invariants(store, email, session, "traced")
     brain = {s.span_id for s in tools if s.service == "brainhands-brain"}
@@ -178,6 +180,11 @@ async def test_a_brain_killed_right_after_a_dispatch_leaves_its_span_to_the_hand
     assert len({s.attributes["gen_ai.tool.call.id"] for s in ran}) == 5
     orphans = [s.attributes["gen_ai.tool.call.id"] for s in ran if s.parent_span_id not in brain]
     assert orphans == [], f"Hands spans whose Brain span was lost: {orphans}"
+    # each email's wait is a span of the same trace, the first one begun by the killed
+    # Brain and ended by the next
+    waited = [op for s in waits for op in s.attributes["brainhands.wait.operations"]]
+    assert sorted(waited) == sorted({s.attributes["gen_ai.tool.call.id"] for s in ran})
+    assert {s.trace_id for s in waits} == {s.trace_id for s in tools}
     await store.close()
 
 
