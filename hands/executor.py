@@ -452,7 +452,10 @@ class Executor:
     async def _claim(
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
     ) -> Operation:
-        claiming = {"brainhands.new_attempt": new_attempt, "brainhands.executor": self.executor_id}
+        claiming: dict[str, bool | str] = {
+            "brainhands.new_attempt": new_attempt,
+            "brainhands.executor": self.executor_id,
+        }
         with TRACER.start_as_current_span("claim", attributes=claiming):
             claimed = await self._claim_record(record, definition, new_attempt=new_attempt)
         trace.get_current_span().set_attribute("brainhands.attempt", claimed.attempts)
