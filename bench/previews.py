@@ -36,7 +36,6 @@ from contracts import PROGRESS_DOCUMENT, CommitRecord
 from session_api.app import create_app
 from session_api.views import CommitEvent, PreviewView
 from session_store import open_store
-from session_store.codec import encode
 from session_store.submissions import SessionClient
 from webapi.server import serving
 
@@ -91,7 +90,9 @@ async def one_round(work: Path, *, tokens: int, pause: float, interval_ms: float
         "latencies": _latencies(sent, arrived),
         "pieces": len(sent),
         "previews": sum(1 for r in records if _preview_only(r)),
-        "preview_bytes": sum(len(encode(r)) for r in records if _preview_only(r)),
+        "preview_bytes": sum(
+            len(r.model_dump_json().encode()) for r in records if _preview_only(r)
+        ),
     }
 
 
