@@ -5,6 +5,7 @@ Two keys per session, and one watch list, under a configurable prefix (default `
     <prefix>:lease:<session>   "holder|fence"   server-side PX TTL
     <prefix>:fence:<session>   fence counter    no TTL
     <prefix>:leases:held       sorted set: session → when its lease lapses (server ms)
+    <prefix>:wake:timer        the scheduler's timer signal (``coordination.timer``)
 
 The watch list lets the scheduler wake a session as soon as its lease lapsed without
 being released — its holder died or froze — instead of at the next reconciler pass.
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 
 from contracts.errors import InvalidInput, LeaseLost, StoreUnavailable
 from coordination.protocols import Lease
+from coordination.timer import LONGEST_WAIT, timer_key
 
 # Server time in ms: leases and their watch list use Redis's clock only, never a host's.
 _NOW = """
@@ -34,10 +36,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: lease, counter, watch. ARGV: holder, ttl ms, floor, session.
-# Another holder's lease → nil, and the counter is not touched: a failed acquire
-# consumes no fence. The same holder keeps its fence unless the store has already seen
-# a higher one (floor), in which case its old fence could never claim again.
+# KEYS: lease, counter, watch, timer. ARGV: holder, ttl ms, floor, session, the
+# scheduler's longest wait in ms (a new lease lapsing sooner signals its timer:
+# ``coordination.timer``). Another holder's lease → nil, and the counter is not
+# touched: a failed acquire consumes no fence. The same holder keeps its fence unless
+# the store has already seen a higher one (floor), in which case its old fence could
+# never claim again.
 # Counters are set via SET + INCR rather than from a Lua number, because Lua numbers
 # are doubles and would be written in exponent notation past 1e14.
 _ACQUIRE = (
@@ -65,6 +69,10 @@ if fence <= floor then
 end
 redis.call('SET', lease, holder .. '|' .. string.format('%d', fence), 'PX', ttl)
 redis.call('ZADD', KEYS[3], now + tonumber(ttl), ARGV[4])
+if tonumber(ttl) < tonumber(ARGV[5]) then
+  redis.call('LPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], 0, 0)
+end
 return fence
 """
 )
@@ -217,9 +225,15 @@ class RedisLeases:
             raise InvalidInput(
                 f"fence floor must be between 0 and 2**53 - 1, got {floor}", floor=floor
             )
-        keys = [self.lease_key(session_id), self.fence_key(session_id), self.watch_key]
+        keys = [
+            self.lease_key(session_id),
+            self.fence_key(session_id),
+            self.watch_key,
+            timer_key(self._prefix),
+        ]
+        args: list[str | int] = [holder, _millis(ttl), floor, session_id, int(LONGEST_WAIT * 1000)]
         with _translated("acquire", session_id):
-            fence = await self._acquire(keys=keys, args=[holder, _millis(ttl), floor, session_id])
+            fence = await self._acquire(keys=keys, args=args)
         if fence is None:
             return None
         return Lease(session_id=session_id, holder=holder, fence=int(fence), ttl=ttl)

@@ -44,6 +44,7 @@ from coordination import redis_client
 from coordination.attention import Attention
 from coordination.backlog import RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
+from coordination.timer import signal
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ JOB_FUNCTION = "coordination.wakes.drive_session"
 # Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
 # (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
 _PENDING_TTL_S = 5
+#: how long a wake slot's blocking dequeue waits for a job before its bookkeeping
+BLOCK_S = 30
 _local = threading.local()
 
 
@@ -159,8 +162,11 @@ class RQWakes:
         )
 
     def _later(self, session_id: str, when: float) -> None:
-        # LT: a session keeps its earliest due time
-        self._sync.zadd(due_key(self.prefix), {session_id: when}, lt=True)
+        with self._sync.pipeline(transaction=False) as pipe:
+            # LT: a session keeps its earliest due time
+            pipe.zadd(due_key(self.prefix), {session_id: when}, lt=True)
+            signal(pipe, self.prefix)  # the scheduler may be waiting past ``when``
+            pipe.execute()
 
     async def promote_due(self, now: float | None = None) -> list[str]:
         """Turn due delayed wakes into wake jobs; the sessions woken."""
@@ -226,7 +232,11 @@ class WakeWorker(SimpleWorker):
         drive: Callable[[str], Coroutine[Any, Any, Any]],
         refused: Counter[str] | None = None,
         observer: WakeObserver | None = None,
+        block_seconds: int = BLOCK_S,
     ) -> None:
+        #: how long one blocking dequeue waits for a job (``stop`` ends it early); set
+        #: first: RQ's constructor asks for it
+        self.block_seconds = block_seconds
         super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
         self._prefix = prefix
         self._loop = loop
@@ -255,14 +265,24 @@ class WakeWorker(SimpleWorker):
 
     @property
     def dequeue_timeout(self) -> int:
-        return 1  # look at the stop flag every second
+        return self.block_seconds
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        # RQ asks this at the top of each turn of its dequeue loop, which would block
+        # again after ``stop`` unblocked it: a stop ends the loop here instead.
+        if self._stop_requested:
+            raise StopRequested()
+        return bool(super().should_run_maintenance_tasks)
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Any, Queue] | None:
-        # RQ's loop waits for a job forever; ours gives up each second to see the flag.
+        # RQ's loop waits for a job forever; ours gives up after each blocking wait (or
+        # when ``stop`` unblocks it) to see the flag. Each wait costs RQ's bookkeeping
+        # (state, heartbeat: about 8 commands), so it is long: idle slots cost little.
         while not self._stop_requested:
-            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=1)
+            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=self.block_seconds)
             if found is not None:
                 return found
         raise StopRequested()
@@ -281,4 +301,36 @@ class WakeWorker(SimpleWorker):
         return str(future.result())
 
     def stop(self) -> None:
+        """Stop taking jobs: a blocking dequeue in progress returns now, as if it timed
+        out (``CLIENT UNBLOCK`` of this worker's connections, found by their name); a
+        job being driven ends first."""
+        self.stop_taking()
+        unblock(self.connection, {self.name})
+
+    def stop_taking(self) -> None:
+        """Stop taking jobs once the blocking dequeue in progress ends (``unblock``)."""
         self._stop_requested = True
+
+
+def unblock(connection: redis.Redis, names: set[str]) -> int:
+    """Unblock the blocking commands of the connections named in ``names`` (one client
+    list, however many); how many. Redis away: none (each worker's wait ends within its
+    ``block_seconds`` all the same)."""
+    try:
+        with redis.Redis(connection_pool=_one_off(connection)) as other:
+            clients = other.client_list(_type="normal")
+            ids = [c["id"] for c in clients if c.get("name") in names and "b" in c["flags"]]
+            return sum(bool(other.client_unblock(int(client_id))) for client_id in ids)
+    except redis.RedisError as error:
+        log.debug("could not unblock %d wake slot(s): %s", len(names), error)
+        return 0
+
+
+def _one_off(connection: redis.Redis) -> redis.ConnectionPool:
+    """A pool of one connection like ``connection``'s, not taken from its pool (which a
+    blocked command holds)."""
+    kwargs = dict(connection.connection_pool.connection_kwargs)
+    kwargs.pop("client_name", None)
+    return redis.ConnectionPool(
+        connection_class=connection.connection_pool.connection_class, max_connections=1, **kwargs
+    )

@@ -53,7 +53,11 @@ def run(
             _serve(
                 connections,
                 SchedulerSettings(
-                    reconcile_every=every, reissue_after=timedelta(seconds=reissue_seconds)
+                    reconcile_every=every,
+                    reissue_after=timedelta(seconds=reissue_seconds),
+                    # an intent comes due ``reissue_after`` after its dispatch: looked
+                    # at within a sixth of that (at most every 5 s)
+                    attend_every=timedelta(seconds=min(5.0, max(0.2, reissue_seconds / 6))),
                 ),
                 (probe_host, probe_port),
             )

@@ -11,7 +11,8 @@ from contracts.model import Frozen
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
-from coordination.wakes import RQWakes
+from coordination.timer import Timer
+from coordination.wakes import RQWakes, due_key
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_store import open_store
@@ -50,12 +51,14 @@ async def build(
     routes = Routes(client, prefix=prefix)
     wakes = RQWakes(connections.redis_url, prefix=prefix, router=SessionRouter(store, routes))
     resources.callback(wakes.close)
+    leases = RedisLeases(client, prefix=prefix)
     return Scheduler(
         store=store,
         bus=bus,
         wakes=wakes,
-        leases=RedisLeases(client, prefix=prefix),
+        leases=leases,
         turns=Turns(client, prefix=prefix),
         settings=settings,
         name=name,
+        timer=Timer(client, prefix=prefix, due_key=due_key(prefix), held_key=leases.watch_key),
     )

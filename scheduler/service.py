@@ -3,7 +3,10 @@
 * **Results → wakes.** A durable JetStream consumer of the results stream; each result
   event becomes a wake of its session, acked only after the wake is queued (a crash in
   between redelivers the event: a second wake is harmless).
-* **Timers.** Delayed wakes (sleeping tasks, retry backoff) become wake jobs when due.
+* **Timers.** Delayed wakes (sleeping tasks, retry backoff) become wake jobs when due,
+  and sessions whose lease lapsed unreleased are woken; the scheduler sleeps until the
+  next of them is due, woken early by a Brain that adds an earlier one
+  (``coordination.timer``), so an idle system costs Redis a few commands per 5 s.
 * **Attention.** Sessions a Brain left waiting on the Hands come due in the attention
   set (``coordination.attention``); for each, the store's committed intents decide: a
   dispatch nobody answered is published again from the intent (same ``Nats-Msg-Id``),
@@ -31,6 +34,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -46,6 +50,7 @@ from contracts import BrainhandsError, OperationStatus
 from contracts.model import Frozen
 from contracts.tool import Dispatch, ResultEvent
 from coordination.protocols import LeaseStore
+from coordination.timer import Timer
 from coordination.wakes import RQWakes
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
@@ -61,12 +66,15 @@ _TURN_SHARE = 0.9
 
 
 class SchedulerSettings(Frozen):
-    #: due timers and lapsed leases are looked for this often
+    #: without a ``Timer``, due timers and lapsed leases are looked for this often;
+    #: with one, the pause after a round that found some due
     timer_every: timedelta = timedelta(milliseconds=100)
     #: the audit of every active session (also on start and when Redis lost data)
     reconcile_every: timedelta | None = timedelta(minutes=10)
-    #: how often due sessions of the attention set are looked at (None: never)
-    attend_every: timedelta | None = timedelta(seconds=1)
+    #: how often due sessions of the attention set are looked at (None: never); they
+    #: come due ``reissue_after`` (30 s) after a dispatch, so a look every 5 s is soon
+    #: enough, and costs Redis little when nothing is due
+    attend_every: timedelta | None = timedelta(seconds=5)
     #: an intent still open is looked at again (and its dispatch re-issued) this often
     reissue_after: timedelta = timedelta(seconds=30)
     ack_wait: timedelta = timedelta(seconds=30)
@@ -89,9 +97,12 @@ class Scheduler:
         turns: Turns | None = None,
         settings: SchedulerSettings | None = None,
         name: str | None = None,
+        timer: Timer | None = None,
     ) -> None:
         """With ``turns``, a reconciler pass runs only when it is this scheduler's turn
-        (several schedulers share one pass per period); without, every period."""
+        (several schedulers share one pass per period); without, every period. With
+        ``timer``, due timers are waited for, not polled (``_timers``)."""
+        self.timer = timer
         self.store = store
         self.bus = bus
         self.wakes = wakes
@@ -240,8 +251,18 @@ class Scheduler:
         return await self.turns.take("reconcile", self.name, hold=hold)
 
     async def _timers(self) -> None:
+        """Promote due delayed wakes and wake sessions whose lease lapsed. With a
+        ``timer``, it sleeps until the next one is due (a Brain's signal cuts the sleep
+        short: ``coordination.timer``) and costs a few Redis commands per
+        ``LONGEST_WAIT`` when nothing is; without, it looks every ``timer_every``."""
+        every = self.settings.timer_every.total_seconds()
         while True:
             try:
+                if self.timer is not None:
+                    wait = await self.timer.next_in(time.time())
+                    if wait > 0:
+                        await self.timer.wait(wait)
+                        continue
                 due = await self.wakes.promote_due()
                 self.woken["timer"] += len(due)
                 # a holder that died mid-drive: its session goes on now, not at the
@@ -251,7 +272,7 @@ class Scheduler:
                     self.woken["lapsed"] += 1
             except BrainhandsError as error:
                 log.warning("timers: %s", error.message)
-            await asyncio.sleep(self.settings.timer_every.total_seconds())
+            await asyncio.sleep(every)
 
     async def _results(self, bus: Bus) -> None:
         """Consume result events for as long as the scheduler runs. A consumer that

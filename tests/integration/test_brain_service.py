@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -311,3 +312,39 @@ async def test_shutdown_waits_for_running_drives_once_not_once_per_slot(
 
 async def _all_inside(inside: list[str], sessions: list[str]) -> bool:
     return sorted(inside) == sorted(sessions)
+
+
+async def test_idle_wake_slots_block_long_and_still_stop_at_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Idle slots wait for a job in one long blocking dequeue (not a poll each second:
+    each turn costs RQ's bookkeeping in Redis commands); a shutdown unblocks them, so
+    the Brain stops in well under one such wait."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    registry = Registry()
+    registry.add(kind("echo", {"start": _echo}))
+    sync = redis_client.connect_sync(redis_url)
+    try:
+        async with brain(store, redis_url, prefix, "brain-a", registry, concurrency=3) as service:
+            await assert_eventually(lambda: _blocked(sync, service, 3), within=20)
+            await asyncio.sleep(1.5)  # a poll each second would show here as new turns
+            workers = list(service._workers.values())
+            assert all(w.block_seconds >= 30 for w in workers)
+            assert await _blocked(sync, service, 3)
+            started = time.monotonic()
+            await asyncio.wait_for(service.shutdown(), 30)
+            took = time.monotonic() - started
+        assert took < 3, f"shutdown took {took:.1f} s: the slots' blocking dequeues held it"
+        assert not any(t.is_alive() for t in service._threads.values())
+    finally:
+        sync.close()
+        await store.close()
+
+
+async def _blocked(sync: Any, service: BrainService, count: int) -> bool:
+    """``count`` of the Brain's slot connections blocked in a dequeue, for seconds."""
+    names = {w.name for w in service._workers.values()}
+    clients = await asyncio.to_thread(sync.client_list, _type="normal")
+    blocked = [c for c in clients if c.get("name") in names and "b" in c["flags"]]
+    return len(blocked) == count

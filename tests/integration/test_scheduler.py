@@ -31,7 +31,8 @@ from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus
 from contracts import SubmissionStatus, TaskStatus, utcnow
 from coordination import redis_client
 from coordination.leases import RedisLeases
-from coordination.wakes import RQWakes
+from coordination.timer import Timer
+from coordination.wakes import RQWakes, due_key
 from hands.sandbox.process import ProcessSandbox
 from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
 from session_store import SessionStore
@@ -100,6 +101,7 @@ async def system(
             lease_ttl=timedelta(seconds=3),
             **_known(BrainService.__init__, watch_after=watch_after),
         )
+        timer = Timer(client, prefix=prefix, due_key=due_key(prefix), held_key=leases.watch_key)
         scheduler = Scheduler(
             store=store,
             bus=bus,
@@ -110,6 +112,7 @@ async def system(
                 reconcile_every=reconcile_every,
                 **{k: v for k, v in settings.items() if k in SchedulerSettings.model_fields},
             ),
+            **_known(Scheduler.__init__, timer=timer),  # waits for timers, as deployed
         )
         tasks = [asyncio.create_task(brain.run()), asyncio.create_task(scheduler.run())]
         try:

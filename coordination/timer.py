@@ -1,0 +1,93 @@
+"""The scheduler's timer: sleep until the next delayed wake or lease lapse is due, and
+wake early when a Brain adds an earlier one.
+
+Polling for due timers costs Redis commands every tick whether anything is due or not;
+instead the scheduler asks once when the earliest delayed wake (``<prefix>:wake:due``)
+and the earliest lease lapse (``<prefix>:leases:held``) are due, and waits on the timer
+list ``<prefix>:wake:timer`` (``BLPOP``) until then, at most ``LONGEST_WAIT`` seconds.
+What could come due sooner than that pushes to the list (``signal``): a delayed wake
+(``coordination.wakes``), and a new lease whose TTL is shorter than ``LONGEST_WAIT``
+(``coordination.leases``); a longer lease lapses after the scheduler's next look anyway.
+A lost signal (a scheduler restarting, several schedulers, one of them taking it) delays
+a timer by at most ``LONGEST_WAIT``; the list holds one item, so signals cost no memory.
+
+Lease lapses are in Redis's time; delayed wakes are due by the clock of the host that
+asked for them, compared with this host's (as ``RQWakes.promote_due`` does).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from contracts.errors import StoreUnavailable
+
+#: the longest the scheduler waits without looking: the bound on a lost signal's delay
+LONGEST_WAIT: Final = 5.0
+
+# KEYS: due, held. Returns {earliest delayed wake's due time (host seconds) or false,
+# ms until the earliest lease lapse (server time) or false}.
+_NEXT = """
+local wake = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local due, left = false, false
+if wake[2] then due = wake[2] end
+if lease[2] then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  left = tostring(tonumber(lease[2]) - now)
+end
+return {due, left}
+"""
+
+
+def timer_key(prefix: str) -> str:
+    return f"{prefix}:wake:timer"
+
+
+def signal(pipe: Any, prefix: str) -> None:
+    """Add "a timer moved" to ``pipe`` (a pipeline, sync or not): the list keeps one."""
+    pipe.lpush(timer_key(prefix), 1)
+    pipe.ltrim(timer_key(prefix), 0, 0)
+
+
+class Timer:
+    def __init__(self, client: Redis, *, prefix: str, due_key: str, held_key: str) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._keys = [due_key, held_key]
+        self._next = client.register_script(_NEXT)
+
+    async def next_in(self, now: float) -> float:
+        """Seconds until the earliest delayed wake or lease lapse is due (0: one is),
+        at most ``LONGEST_WAIT``; ``now`` is this host's time (for the delayed wakes)."""
+        try:
+            due, left = await self._next(keys=self._keys)
+        except RedisError as error:
+            raise StoreUnavailable(f"cannot read the timers: {error}") from None
+        wait = LONGEST_WAIT
+        if due:
+            wait = min(wait, float(due) - now)
+        if left:
+            wait = min(wait, float(left) / 1000)
+        return max(0.0, wait)
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for a signal; whether one came."""
+        if seconds <= 0:
+            return False
+        try:
+            # BLPOP's timeout is in seconds with a decimal; 0 would mean forever
+            got = await self._client.blpop(
+                [timer_key(self._prefix)], timeout=_at_least_1ms(seconds)
+            )
+        except RedisError as error:
+            raise StoreUnavailable(f"cannot wait for the timers: {error}") from None
+        return got is not None
+
+
+def _at_least_1ms(seconds: float) -> float:
+    return max(math.ceil(seconds * 1000) / 1000, 0.001)
