@@ -84,18 +84,24 @@ async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_onc
     assert sum(1 for r in records if op in r.commit.applied_operations) == 1
 
 
-async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
-    tmp_path: Path, location: StoreLocation
-) -> None:
-    ledger = tmp_path / "ledger"
-    store, tools = await sandboxed_act(location, ledger)
-    registry = Registry()
+def _slow_caller() -> Registry:
+    """``caller``: one sandboxed ``act`` that sleeps 30 s (it is cancelled first)."""
 
     async def slow(ctx: PhaseContext) -> PhaseOutcome:
         await ctx.operation("act", {"sleep": 30.0}, "act")
         return Done(result="finished")
 
+    registry = Registry()
     registry.add(kind("caller", {"start": slow}))
+    return registry
+
+
+async def test_cancelling_a_task_that_waits_on_the_hands_stops_its_operation(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    ledger = tmp_path / "ledger"
+    store, tools = await sandboxed_act(location, ledger)
+    registry = _slow_caller()
     sandbox = ProcessSandbox(tmp_path / "runs")
     client = SessionClient(store)
     async with scratch_bus() as bus:
@@ -127,13 +133,7 @@ async def test_a_hands_beat_shows_its_operations_containers_and_backlog(
     Hands that stops removes its beat."""
     ledger = tmp_path / "ledger"
     store, tools = await sandboxed_act(location, ledger)
-    registry = Registry()
-
-    async def slow(ctx: PhaseContext) -> PhaseOutcome:
-        await ctx.operation("act", {"sleep": 30.0}, "act")
-        return Done(result="finished")
-
-    registry.add(kind("caller", {"start": slow}))
+    registry = _slow_caller()
     sandbox = ProcessSandbox(tmp_path / "runs")
     client = SessionClient(store)
     async with scratch_bus() as bus:
