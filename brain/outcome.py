@@ -56,15 +56,12 @@ class Effects(Frozen):
     usage: ModelUsage | None = None
 
 
-NO_EFFECTS = Effects()
-
-
 class Next(Frozen):
     """Continue with ``phase`` (the kernel runs it right away)."""
 
     type: Literal["next"] = "next"
     phase: str
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 class Wait(Frozen):
@@ -80,7 +77,7 @@ class Wait(Frozen):
     next_phase: str
     reason: str | None = None
     parked: Parked | None = None
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 class Sleep(Frozen):
@@ -89,19 +86,19 @@ class Sleep(Frozen):
     type: Literal["sleep"] = "sleep"
     until: AwareDatetime
     next_phase: str
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 class Done(Frozen):
     type: Literal["done"] = "done"
     result: JsonValue = None
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 class Fail(Frozen):
     type: Literal["fail"] = "fail"
     error: ErrorInfo
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 class Retry(Frozen):
@@ -110,7 +107,7 @@ class Retry(Frozen):
     type: Literal["retry"] = "retry"
     reason: str
     delay: timedelta | None = None
-    effects: Effects = NO_EFFECTS
+    effects: Effects = Field(default_factory=Effects)
 
 
 PhaseOutcome = Next | Wait | Sleep | Done | Fail | Retry

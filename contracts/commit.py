@@ -106,7 +106,7 @@ class CommitRecord(Frozen):
     holder: str | None = None
     writer: str = ""
     committed_at: AwareDatetime = Field(default_factory=utcnow)
-    commit: Commit = Commit()
+    commit: Commit = Field(default_factory=Commit)
 
 
 class CommitReceipt(Frozen):

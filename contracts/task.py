@@ -97,7 +97,7 @@ class Task(Frozen):
     memo: dict[str, JsonValue] = Field(default_factory=dict)
     answers: dict[Identifier, Answer] = Field(default_factory=dict)
     #: what this task's own model calls used (``contracts.usage``)
-    usage: Usage = Usage()
+    usage: Usage = Field(default_factory=Usage)
     cancel_requested: bool = False
     outcome: Outcome | None = None
     result: JsonValue = None

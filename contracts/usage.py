@@ -77,7 +77,7 @@ class Usage(Frozen):
 class SessionUsage(Frozen):
     """The ``usage`` document's body: every model call of the session, and by model."""
 
-    total: Usage = Usage()
+    total: Usage = Field(default_factory=Usage)
     by_model: dict[str, Usage] = Field(default_factory=dict)
 
 

@@ -135,7 +135,11 @@ def phase_span(
 ) -> Iterator[trace.Span]:
     """The span of one phase run: in the trace of ``root_task_id``'s work, with its
     derived span id, linked to the run the previous revision started when this is not
-    the phase's first start (that one crashed or was retried)."""
+    the phase's first start (that one crashed or was retried). Without a tracer
+    provider (tracing off) nothing is derived: a phase pays nothing for it."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        yield trace.INVALID_SPAN
+        return
     parent = work_context(session_id, root_task_id)
     trace_id = trace.get_current_span(parent).get_span_context().trace_id
     links = []
