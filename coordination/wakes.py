@@ -53,8 +53,13 @@ JOB_FUNCTION = "coordination.wakes.drive_session"
 # Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
 # (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
 _PENDING_TTL_S = 5
-#: how long a wake slot's blocking dequeue waits for a job before its bookkeeping
-BLOCK_S = 30
+#: how long a wake slot's blocking dequeue waits for a job. Short: a Brain frozen (or cut
+#: off without its connections closing) keeps its blocked dequeues registered in Redis,
+#: which would hand it the next jobs for that long (a 30 s wait let a SIGSTOPped Brain
+#: take the wakes of sessions another Brain should run)
+BLOCK_S = 1
+#: how often an idle slot renews RQ's worker record (its TTL is ``worker_ttl``, 420 s)
+HEARTBEAT_S = 15.0
 _local = threading.local()
 
 
@@ -267,6 +272,23 @@ class WakeWorker(SimpleWorker):
     def dequeue_timeout(self) -> int:
         return self.block_seconds
 
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        # RQ writes the idle state at every turn of its dequeue loop: only a change
+        if pipeline is None and state == getattr(self, "_state", None):
+            return
+        super().set_state(state, pipeline=pipeline)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        # RQ beats twice per turn of its dequeue loop (3 commands each): an idle slot
+        # renews its record every HEARTBEAT_S instead; beats with a TTL or a pipeline
+        # (a running job's) always go through
+        moment = time.monotonic()
+        if timeout is None and pipeline is None:
+            if moment - getattr(self, "_beat_at", -HEARTBEAT_S) < HEARTBEAT_S:
+                return
+            self._beat_at = moment
+        super().heartbeat(timeout, pipeline)
+
     @property
     def should_run_maintenance_tasks(self) -> bool:
         # RQ asks this at the top of each turn of its dequeue loop, which would block
@@ -279,8 +301,9 @@ class WakeWorker(SimpleWorker):
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Any, Queue] | None:
         # RQ's loop waits for a job forever; ours gives up after each blocking wait (or
-        # when ``stop`` unblocks it) to see the flag. Each wait costs RQ's bookkeeping
-        # (state, heartbeat: about 8 commands), so it is long: idle slots cost little.
+        # when ``stop`` unblocks it) to see the flag. A turn costs one BLMOVE: RQ's
+        # bookkeeping per turn (state, two heartbeats: 7 commands) is written only when
+        # it changes or every HEARTBEAT_S (``set_state``, ``heartbeat``).
         while not self._stop_requested:
             found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=self.block_seconds)
             if found is not None:
