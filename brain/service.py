@@ -34,7 +34,7 @@ from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
 from coordination.routes import Routes, model_offers, route_of
-from coordination.wakes import RQWakes, WakeWorker, unblock, wake_queue
+from coordination.wakes import RQWakes, WakeWorker, wake_queue
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
 
@@ -143,8 +143,7 @@ class BrainService:
         # A client (connection pool) per slot: an RQ worker keeps one connection for its
         # pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
         # connections, so a shared pool ran dry past ~50 slots and killed the rest.
-        # Named after the worker, each of its connections: ``WakeWorker.stop`` unblocks
-        # the one waiting for a job.
+        # Named after the worker, each of its connections (``CLIENT LIST`` shows the slot)
         connection = redis_client.connect_sync(self.redis_url, client_name=name)
         try:
             worker = WakeWorker(
@@ -231,11 +230,8 @@ class BrainService:
     async def shutdown(self) -> None:
         """Stop taking wakes, let running drives end, hand leases back."""
         self._stopping.set()
-        workers = list(self._workers.values())
-        for worker in workers:
-            worker.stop_taking()
-        if workers:  # their blocking dequeues end now, not when they time out
-            await asyncio.to_thread(unblock, workers[0].connection, {w.name for w in workers})
+        for worker in list(self._workers.values()):
+            worker.stop()
         self._stopped.set()
         deadline = time.monotonic() + self.drain.total_seconds()  # once, for every slot
         for thread in list(self._threads.values()):

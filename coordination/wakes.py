@@ -237,11 +237,7 @@ class WakeWorker(SimpleWorker):
         drive: Callable[[str], Coroutine[Any, Any, Any]],
         refused: Counter[str] | None = None,
         observer: WakeObserver | None = None,
-        block_seconds: int = BLOCK_S,
     ) -> None:
-        #: how long one blocking dequeue waits for a job (``stop`` ends it early); set
-        #: first: RQ's constructor asks for it
-        self.block_seconds = block_seconds
         super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
         self._prefix = prefix
         self._loop = loop
@@ -270,7 +266,7 @@ class WakeWorker(SimpleWorker):
 
     @property
     def dequeue_timeout(self) -> int:
-        return self.block_seconds
+        return BLOCK_S
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         # RQ writes the idle state at every turn of its dequeue loop: only a change
@@ -289,23 +285,15 @@ class WakeWorker(SimpleWorker):
             self._beat_at = moment
         super().heartbeat(timeout, pipeline)
 
-    @property
-    def should_run_maintenance_tasks(self) -> bool:
-        # RQ asks this at the top of each turn of its dequeue loop, which would block
-        # again after ``stop`` unblocked it: a stop ends the loop here instead.
-        if self._stop_requested:
-            raise StopRequested()
-        return bool(super().should_run_maintenance_tasks)
-
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Any, Queue] | None:
-        # RQ's loop waits for a job forever; ours gives up after each blocking wait (or
-        # when ``stop`` unblocks it) to see the flag. A turn costs one BLMOVE: RQ's
-        # bookkeeping per turn (state, two heartbeats: 7 commands) is written only when
-        # it changes or every HEARTBEAT_S (``set_state``, ``heartbeat``).
+        # RQ's loop waits for a job forever; ours gives up after each blocking wait to
+        # see the flag. A turn costs one BLMOVE: RQ's bookkeeping per turn (state, two
+        # heartbeats: 7 commands) is written only when it changes or every HEARTBEAT_S
+        # (``set_state``, ``heartbeat``).
         while not self._stop_requested:
-            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=self.block_seconds)
+            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=BLOCK_S)
             if found is not None:
                 return found
         raise StopRequested()
@@ -324,36 +312,6 @@ class WakeWorker(SimpleWorker):
         return str(future.result())
 
     def stop(self) -> None:
-        """Stop taking jobs: a blocking dequeue in progress returns now, as if it timed
-        out (``CLIENT UNBLOCK`` of this worker's connections, found by their name); a
-        job being driven ends first."""
-        self.stop_taking()
-        unblock(self.connection, {self.name})
-
-    def stop_taking(self) -> None:
-        """Stop taking jobs once the blocking dequeue in progress ends (``unblock``)."""
+        """Stop taking jobs after the blocking dequeue in progress (at most ``BLOCK_S``);
+        a job being driven ends first."""
         self._stop_requested = True
-
-
-def unblock(connection: redis.Redis, names: set[str]) -> int:
-    """Unblock the blocking commands of the connections named in ``names`` (one client
-    list, however many); how many. Redis away: none (each worker's wait ends within its
-    ``block_seconds`` all the same)."""
-    try:
-        with redis.Redis(connection_pool=_one_off(connection)) as other:
-            clients = other.client_list(_type="normal")
-            ids = [c["id"] for c in clients if c.get("name") in names and "b" in c["flags"]]
-            return sum(bool(other.client_unblock(int(client_id))) for client_id in ids)
-    except redis.RedisError as error:
-        log.debug("could not unblock %d wake slot(s): %s", len(names), error)
-        return 0
-
-
-def _one_off(connection: redis.Redis) -> redis.ConnectionPool:
-    """A pool of one connection like ``connection``'s, not taken from its pool (which a
-    blocked command holds)."""
-    kwargs = dict(connection.connection_pool.connection_kwargs)
-    kwargs.pop("client_name", None)
-    return redis.ConnectionPool(
-        connection_class=connection.connection_pool.connection_class, max_connections=1, **kwargs
-    )

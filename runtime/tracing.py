@@ -135,9 +135,9 @@ def phase_span(
 ) -> Iterator[trace.Span]:
     """The span of one phase run: in the trace of ``root_task_id``'s work, with its
     derived span id, linked to the run the previous revision started when this is not
-    the phase's first start (that one crashed or was retried). Without a tracer
-    provider (tracing off) nothing is derived: a phase pays nothing for it."""
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    the phase's first start (that one crashed or was retried). With tracing off
+    nothing is derived: a phase pays nothing for it."""
+    if _tracing_off():
         yield trace.INVALID_SPAN
         return
     parent = work_context(session_id, root_task_id)
@@ -177,7 +177,9 @@ def wait_span(
     attributes: dict[str, Any],
 ) -> None:
     """Record a finished wait (see the module docstring) in the trace of
-    ``root_task_id``'s work."""
+    ``root_task_id``'s work; nothing with tracing off."""
+    if _tracing_off():
+        return
     end = int(until.timestamp() * 1e9)
     span = TRACER.start_span(
         f"wait {what}",
@@ -186,6 +188,11 @@ def wait_span(
         attributes=attributes,
     )
     span.end(end_time=end)
+
+
+def _tracing_off() -> bool:
+    """No tracer provider was set in this process: every span would be a no-op."""
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def carrier() -> dict[str, str]:

@@ -320,7 +320,7 @@ async def test_idle_wake_slots_cost_one_blocking_dequeue_a_turn_and_stop_at_once
     """An idle slot's turn (a 1 s blocking dequeue, short so that a frozen Brain's
     blocked dequeues cannot take jobs for long) no longer rewrites RQ's worker record
     (state, heartbeat: 7 commands a turn, 56 a second for 8 slots): the record is
-    renewed every 15 s. A shutdown unblocks the slots' dequeues."""
+    renewed every 15 s. A shutdown ends the slots' dequeues within their 1 s wait."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
     registry = Registry()
