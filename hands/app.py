@@ -78,13 +78,24 @@ async def _docker_sandbox(
 
     docker_url = settings.docker_url or "unix:///var/run/docker.sock"
 
+    granted: dict[str, tuple[str, ...]] = {}
+
     async def policy(operation_id: str) -> tuple[str, ...]:
-        """The destinations an operation's tool was granted at registration."""
+        """The destinations an operation's tool was granted at registration: a tool
+        version never changes, so a grant once read is kept (the last 4,096), and a tool
+        making many requests reads the store once, not twice per request."""
+        if (known := granted.get(operation_id)) is not None:
+            return known
         record = await store.get_operation(operation_id)
         if record is None:
             return ()
         definition = await store.tools.get(record.tool, record.tool_version)
-        return () if definition is None else definition.network.allow
+        if definition is None:
+            return ()
+        if len(granted) >= 4096:
+            del granted[next(iter(granted))]
+        granted[operation_id] = definition.network.allow
+        return definition.network.allow
 
     gateway = EgressGateway(
         docker_url=docker_url,

@@ -70,6 +70,9 @@ class ProxyLimits:
     header_timeout: timedelta = timedelta(seconds=10)
     idle_timeout: timedelta = timedelta(seconds=60)
     connect_timeout: timedelta = timedelta(seconds=10)
+    #: how long a policy that cannot be read (its store restarting) is asked again before
+    #: the request is answered 503: unknown to the tool, never a refusal
+    policy_timeout: timedelta = timedelta(seconds=15)
 
 
 class _Refusal(Exception):
@@ -257,14 +260,27 @@ class EgressProxy:
         return operation_id
 
     async def _authorize(self, operation_id: str, destination: str) -> None:
-        try:
-            allowed = {entry.lower() for entry in await self._policy(operation_id)}
-        except Exception as error:
-            log.warning("egress: policy of operation=%s failed: %r", operation_id, error)
-            allowed = set()
-        if destination not in allowed:
+        if destination not in await self._allowed(operation_id):
             log.warning("egress refused: operation=%s destination=%s", operation_id, destination)
             raise _Refusal(403, "Forbidden", f"{destination} is not on the allowlist")
+
+    async def _allowed(self, operation_id: str) -> set[str]:
+        """The operation's destinations, asked again while the policy cannot be read: a
+        failed lookup decides nothing, so it ends as 503 (the tool cannot tell whether
+        its request would have been allowed), not as a 403 it would take as final."""
+        deadline = time.monotonic() + self._limits.policy_timeout.total_seconds()
+        pause = 0.05
+        while True:
+            try:
+                return {entry.lower() for entry in await self._policy(operation_id)}
+            except Exception as error:
+                if time.monotonic() + pause > deadline:
+                    log.warning("egress: policy of operation=%s failed: %r", operation_id, error)
+                    raise _Refusal(
+                        503, "Service Unavailable", "the egress policy cannot be read"
+                    ) from error
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def _connect(
         self, operation_id: str, host: str, port: int

@@ -239,11 +239,21 @@ async def test_link_local_destinations_are_refused_even_when_listed(
     assert status_of(response) == 403 and b"forbidden address" in response
 
 
-async def test_a_failing_policy_refuses(upstream: Upstream) -> None:
+async def test_a_policy_that_cannot_be_read_is_no_refusal_but_unavailable(
+    upstream: Upstream,
+) -> None:
+    """The store behind the policy restarting is not a decision: a tool told 403 takes it
+    as a definite refusal (the compose run's count tool failed its task that way), so the
+    proxy keeps asking for ``policy_timeout`` and then answers 503 (unknown; nothing sent)."""
+    calls = 0
+
     async def broken(operation_id: str) -> list[str]:
+        nonlocal calls
+        calls += 1
         raise RuntimeError("registry down")
 
-    proxy = EgressProxy(secret=SECRET, policy=broken)
+    limits = ProxyLimits(policy_timeout=timedelta(seconds=0.3))
+    proxy = EgressProxy(secret=SECRET, policy=broken, limits=limits)
     await proxy.start("127.0.0.1")
     try:
         url = f"http://127.0.0.1:{upstream.port}/"
@@ -251,7 +261,29 @@ async def test_a_failing_policy_refuses(upstream: Upstream) -> None:
     finally:
         await proxy.close()
 
-    assert status_of(response) == 403
+    assert status_of(response) == 503 and b"policy" in response
+    assert calls > 1 and upstream.requests == []
+
+
+async def test_a_policy_back_within_the_wait_lets_the_request_through(upstream: Upstream) -> None:
+    destination = f"127.0.0.1:{upstream.port}"
+    calls = 0
+
+    async def restarting(operation_id: str) -> list[str]:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise RuntimeError("store restarting")
+        return [destination]
+
+    proxy = EgressProxy(secret=SECRET, policy=restarting)
+    await proxy.start("127.0.0.1")
+    try:
+        response = await exchange(proxy, get(f"http://{destination}/", credentials_of("op-1")))
+    finally:
+        await proxy.close()
+
+    assert status_of(response) == 200 and len(upstream.requests) == 1
 
 
 async def test_connect_tunnels_to_an_allowed_destination(echo_port: int) -> None:
