@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,27 +62,57 @@ def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
     container on either, even one named by its full id (Docker 20.10: "network … is
     ambiguous"). So every Hands takes the oldest network of the name and removes the
     other ones; the engine refuses to remove a network a container uses, so a twin in
-    use stays (and is logged), and none that is idle outlives this call."""
+    use stays (and is logged), and none that is idle outlives this call.
+
+    A network is stamped when its creation starts and listed when it ends, so a Hands
+    may list only its own network while an older twin is still being set up; the Hands
+    that lists both removes this one. The choice is therefore made again until the
+    network chosen is still there, and still the oldest, after it was inspected."""
     with _client(docker_url, api_timeout) as api:
+        for attempt in range(_ATTEMPTS):
+            oldest, network = _settle(api, name), None
+            with contextlib.suppress(docker.errors.NotFound):  # another Hands removed it
+                network = oldest and api.inspect_network(oldest["Id"])
+            if oldest and network and _oldest_id(_called(api, name)) == oldest["Id"]:
+                return _described(network)
+            time.sleep(0.05 * (attempt + 1))
+        raise StoreUnavailable(
+            f"egress network {name}: Hands on this engine kept replacing it "
+            f"({_ATTEMPTS} attempts); try again"
+        )
+
+
+_ATTEMPTS = 8
+
+
+def _settle(api: Any, name: str) -> dict[str, Any] | None:
+    """The oldest network called ``name`` (created when there is none); the younger
+    ones removed where the engine allows."""
+    called = _called(api, name)
+    if not called:
+        api.create_network(
+            name,
+            driver="bridge",
+            internal=True,
+            options={_ICC: "false", _MASQUERADE: "false"},
+            labels={LABEL_EGRESS: "1"},
+        )
         called = _called(api, name)
         if not called:
-            api.create_network(
-                name,
-                driver="bridge",
-                internal=True,
-                options={_ICC: "false", _MASQUERADE: "false"},
-                labels={LABEL_EGRESS: "1"},
-            )
-            called = _called(api, name)
-        oldest, *twins = sorted(called, key=_age)
-        for twin in twins:
-            try:
-                api.remove_network(twin["Id"])
-            except docker.errors.NotFound:
-                pass  # another Hands removed it first
-            except docker.errors.APIError as error:
-                log.warning("egress network %s: a twin stays: %s", name, error)
-        return _described(api.inspect_network(oldest["Id"]))
+            return None  # removed at once by a Hands that had listed it as a twin
+    oldest, *twins = sorted(called, key=_age)
+    for twin in twins:
+        try:
+            api.remove_network(twin["Id"])
+        except docker.errors.NotFound:
+            pass  # another Hands removed it first
+        except docker.errors.APIError as error:
+            log.warning("egress network %s: a twin stays: %s", name, error)
+    return oldest
+
+
+def _oldest_id(called: list[dict[str, Any]]) -> str | None:
+    return min(called, key=_age)["Id"] if called else None
 
 
 def _called(api: Any, name: str) -> list[dict[str, Any]]:

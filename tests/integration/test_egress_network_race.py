@@ -77,6 +77,35 @@ async def test_of_two_networks_of_one_name_the_oldest_is_taken_and_the_twin_remo
     assert _named(engine, name) == []
 
 
+async def test_a_network_another_hands_removed_after_it_was_listed_is_looked_for_again(
+    engine: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine stamps a network's creation before it is listed: a Hands can list only
+    its own network while a twin created a moment earlier is still being set up, and the
+    other Hands, which lists both, removes the younger one — this Hands' choice — before
+    this Hands inspects it (the clean-clone run: "network … not found")."""
+    import hands.egress.network as egress
+
+    chosen = _twin(engine, name)
+    listed = egress._called
+    calls = 0
+
+    def racing(api: Any, wanted: str) -> list[dict[str, Any]]:
+        nonlocal calls
+        calls += 1
+        found = listed(api, wanted)
+        if calls == 1:
+            engine.remove_network(chosen)  # the other Hands, between list and inspect
+        return found
+
+    monkeypatch.setattr(egress, "_called", racing)
+
+    network = await ensure_egress_network(docker_url=DOCKER, name=name)
+
+    assert network.id != chosen and _named(engine, name) == [network.id]
+    _starts_on(engine, network.id)
+
+
 async def test_hands_starting_together_each_get_a_network_they_can_use(
     engine: Any, name: str
 ) -> None:
