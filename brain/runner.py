@@ -21,7 +21,7 @@ from brain.services import Services
 from contracts import Task, TaskStatus
 from contracts.model import Frozen
 from coordination.leases import LeaseProof
-from session_store import SessionStore
+from session_store import SessionHandle, SessionStore
 
 
 class DriveReport(Frozen):
@@ -70,13 +70,16 @@ class SessionRunner:
         fence: int | None = None,
         lease: LeaseProof | None = None,
         holder_alive: HolderAlive | None = None,
+        handle: SessionHandle | None = None,
     ) -> DriveReport:
         """Move every task that can move; claim the session (with ``fence``, or when
         running embedded the next fence after the stored one unless this runner holds
         it) only once there is something to do. ``lease``: proven before every side
         effect; ``holder_alive``: whether a previous holder still lives (its interrupted
-        phase starts are then not crashes); without it every one is."""
-        handle = await self.store.session(session_id)
+        phase starts are then not crashes); without it every one is. ``handle``: the
+        session as the caller just loaded it (else it is loaded here)."""
+        if handle is None:
+            handle = await self.store.session(session_id)
         drive = Drive(self, handle, lease=lease, holder_alive=holder_alive)
         held = await drive.run(fence)
         state = handle.state

@@ -265,10 +265,18 @@ class BrainService:
         return "busy"
 
     async def _drive(self, session_id: str) -> str:
+        # One load per wake: it gives the fence floor, tells whether this Brain's claim
+        # is the stored one (then it gets that fence back and writes no new claim), and
+        # is what the drive starts from — everything that caused this wake was committed
+        # before the wake was queued, and anything committed later queues a wake of its own.
         handle = await self.runner.store.session(session_id)
         sent_at = time.monotonic()
         lease = await self.leases.acquire(
-            session_id, self.holder, ttl=self.lease_ttl, floor=handle.fence
+            session_id,
+            self.holder,
+            ttl=self.lease_ttl,
+            floor=handle.fence,
+            claimed=handle.holder == self.holder,
         )
         if lease is None:  # another Brain drives it now: look again after its release
             return await self._busy(session_id)
@@ -276,7 +284,11 @@ class BrainService:
         proof = LeaseProof(lease, sent_at)
         driving = asyncio.create_task(
             self.runner.drive(
-                session_id, fence=lease.fence, lease=proof, holder_alive=self.holder_alive
+                session_id,
+                fence=lease.fence,
+                lease=proof,
+                holder_alive=self.holder_alive,
+                handle=handle,
             )
         )
         keeping = asyncio.create_task(self._keep(proof, driving))

@@ -38,10 +38,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS: lease, counter, watch, timer. ARGV: holder, ttl ms, floor, session, the
 # scheduler's longest wait in ms (a new lease lapsing sooner signals its timer:
-# ``coordination.timer``). Another holder's lease → nil, and the counter is not
-# touched: a failed acquire consumes no fence. The same holder keeps its fence unless
-# the store has already seen a higher one (floor), in which case its old fence could
-# never claim again.
+# ``coordination.timer``), "1" when the store's fence ``floor`` was claimed by this
+# holder. Another holder's lease → nil, and the counter is not touched: a failed
+# acquire consumes no fence. The same holder keeps its fence unless the store has
+# already seen a higher one (floor), in which case its old fence could never claim
+# again. With no lease, the claimant of ``floor`` gets ``floor`` back while the counter
+# still stands at it (no acquire since, by anyone): it holds the session in the store
+# already, so it writes no new claim.
 # Counters are set via SET + INCR rather than from a Lua number, because Lua numbers
 # are doubles and would be written in exponent notation past 1e14.
 _ACQUIRE = (
@@ -62,10 +65,15 @@ if current then
     return held
   end
 end
-local fence = redis.call('INCR', counter)
-if fence <= floor then
-  redis.call('SET', counter, ARGV[3])
+local fence
+if not current and ARGV[6] == '1' and tonumber(redis.call('GET', counter)) == floor then
+  fence = floor
+else
   fence = redis.call('INCR', counter)
+  if fence <= floor then
+    redis.call('SET', counter, ARGV[3])
+    fence = redis.call('INCR', counter)
+  end
 end
 redis.call('SET', lease, holder .. '|' .. string.format('%d', fence), 'PX', ttl)
 redis.call('ZADD', KEYS[3], now + tonumber(ttl), ARGV[4])
@@ -214,12 +222,19 @@ class RedisLeases:
         return f"{self._prefix}:leases:held"
 
     async def acquire(
-        self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: timedelta,
+        floor: int = 0,
+        claimed: bool = False,
     ) -> Lease | None:
         """The lease with a fence above every earlier one and above ``floor``, or None
         while another holder has it (the counter is then untouched). A holder that still
         holds the lease keeps its fence (and gets ``ttl`` from now) unless that fence is
-        below ``floor``."""
+        below ``floor``. ``claimed``: the store's fence ``floor`` is this holder's claim;
+        it gets ``floor`` back if nobody acquired the lease since."""
         _check_names(session_id, holder)
         if not 0 <= floor < _MAX_FENCE:
             raise InvalidInput(
@@ -231,7 +246,14 @@ class RedisLeases:
             self.watch_key,
             timer_key(self._prefix),
         ]
-        args: list[str | int] = [holder, _millis(ttl), floor, session_id, int(LONGEST_WAIT * 1000)]
+        args: list[str | int] = [
+            holder,
+            _millis(ttl),
+            floor,
+            session_id,
+            int(LONGEST_WAIT * 1000),
+            "1" if claimed and floor > 0 else "0",
+        ]
         with _translated("acquire", session_id):
             fence = await self._acquire(keys=keys, args=args)
         if fence is None:

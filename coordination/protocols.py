@@ -21,11 +21,18 @@ class Lease(Frozen):
 
 class LeaseStore(Protocol):
     async def acquire(
-        self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: timedelta,
+        floor: int = 0,
+        claimed: bool = False,
     ) -> Lease | None:
         """The lease with a new fence above every earlier one and above ``floor`` (the
         store's fence high-water mark), or None while another holder has it. A failed
-        acquire consumes no fence."""
+        acquire consumes no fence. ``claimed`` (``floor`` is this holder's claim in the
+        store): ``floor`` itself while nobody acquired the lease since."""
         ...
 
     async def extend(self, lease: Lease, *, ttl: timedelta | None = None) -> Lease:

@@ -74,9 +74,15 @@ class FaultyLeases(RedisLeases):
         self.faults = faults
 
     async def acquire(
-        self, session_id: str, holder: str, *, ttl: timedelta, floor: int = 0
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl: timedelta,
+        floor: int = 0,
+        claimed: bool = False,
     ) -> Lease | None:
-        lease = await super().acquire(session_id, holder, ttl=ttl, floor=floor)
+        lease = await super().acquire(session_id, holder, ttl=ttl, floor=floor, claimed=claimed)
         if lease is not None:
             self.faults.acquired(lease)
         return lease

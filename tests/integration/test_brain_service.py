@@ -129,6 +129,39 @@ async def test_a_wake_during_a_drive_is_not_lost(location: StoreLocation, redis_
     wakes.close()
 
 
+async def test_a_brain_woken_again_for_a_session_it_claimed_writes_no_second_claim(
+    location: StoreLocation, redis_url: str
+) -> None:
+    """The tool path's second wake (the result) reaches the Brain that claimed the
+    session on the first and released it since: nobody took the lease meanwhile, so it
+    gets its fence back and writes no claim; one load of the session per wake."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await location.open()
+    registry = Registry()
+    registry.add(kind("echo", {"start": _echo}))
+    client = SessionClient(store)
+    wakes = RQWakes(redis_url, prefix=prefix)
+    loads: list[str] = []
+    async with brain(store, redis_url, prefix, "brain-a", registry) as service:
+        loading, test = service.runner.store.session, asyncio.current_task()
+
+        async def counted(session_id: str) -> Any:
+            if asyncio.current_task() is not test:  # the Brain's, not this test's polls
+                loads.append(session_id)
+            return await loading(session_id)
+
+        service.runner.store.session = counted  # type: ignore[method-assign]
+        for request in ("r1", "r2", "r3"):
+            await client.submit("s1", request, {"task": {"kind": "echo", "input": request}})
+            await wakes.wake("s1", reason="submission")
+            await assert_eventually(lambda r=request: _answered(store, "s1", r), within=20)
+            await assert_eventually(lambda: _free(service.leases, "s1"), within=5)
+    claims = [c for c in await store.commits("s1") if c.claim]
+    assert [(c.fence, c.holder) for c in claims] == [(1, service.holder)]
+    assert len(loads) == len([r for r in service.reports if r.session_id == "s1"])
+    wakes.close()
+
+
 async def test_a_newer_lease_holder_fences_out_the_older_one(
     location: StoreLocation, redis_url: str
 ) -> None:

@@ -111,6 +111,31 @@ async def test_reacquire_below_the_floor_gets_a_fence_above_it(leases: RedisLeas
         await leases.extend(held)
 
 
+async def test_the_claimant_of_the_stored_fence_gets_it_back_while_nobody_took_one_since(
+    leases: RedisLeases,
+) -> None:
+    """A Brain that released a session it claimed at fence F and is woken for it again
+    (a tool result 300 ms later) gets F back while no other acquire happened: it still
+    holds the session in the store, so it writes no second claim. Any acquire since, or a
+    counter that is not F, gives a new fence as before."""
+    first = await leases.acquire("s1", "brain-a", ttl=LONG)
+    assert first is not None and await leases.release(first)
+    again = await leases.acquire("s1", "brain-a", ttl=LONG, floor=first.fence, claimed=True)
+    assert again is not None and again.fence == first.fence
+    assert await leases.acquire("s1", "brain-b", ttl=LONG) is None, "held again, by brain-a"
+    assert await leases.release(again)
+
+    other = await leases.acquire("s1", "brain-b", ttl=LONG, floor=first.fence)
+    assert other is not None and other.fence == first.fence + 1
+    assert await leases.release(other)  # brain-b took a fence and claimed nothing
+    back = await leases.acquire("s1", "brain-a", ttl=LONG, floor=first.fence, claimed=True)
+    assert back is not None and back.fence == first.fence + 2, "an acquire happened since"
+
+    assert await leases.release(back)
+    unclaimed = await leases.acquire("s1", "brain-a", ttl=LONG, floor=back.fence)
+    assert unclaimed is not None and unclaimed.fence == back.fence + 1, "not the claimant"
+
+
 async def test_extend_by_the_holder(rig: Rig) -> None:
     leases = rig.leases
     lease = await leases.acquire("s1", "brain-a", ttl=SHORT)
