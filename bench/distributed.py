@@ -123,7 +123,7 @@ async def _tool_round(
 ) -> dict[str, float]:
     crash = {"BH_CRASH_AT": f"relay:published:tools.dispatch.{task['tool']}#1"} if kill else {}
     system.fleet.start("brain-a", **crash)
-    await system.until_ready("brain-a", SLOTS)
+    await system.until_ready("brain-a")
     await system.submit(session_id, {"task": {"kind": "one-call", "input": task}})
     system.fleet.start("brain-b")  # up while the tool runs (brain-a took the wake)
     await system.until_answered([session_id], within=120)
@@ -222,7 +222,7 @@ async def _model_round(system: Rig, session_id: str) -> dict[str, float]:
         if process is None or process.poll() is not None:
             system.fleet.start(name)
     for name in ("brain-a", "brain-b"):
-        await system.until_ready(name, SLOTS)
+        await system.until_ready(name)
     tag = f"bench session {session_id}"
     await system.submit(session_id, {"text": tag})
     await _until_requests(system, tag, 1)
@@ -264,7 +264,7 @@ async def concurrency(infra: Infrastructure, repeats: int, sessions: int) -> dic
     held: list[dict[str, float]] = []
     rates: dict[str, list[float]] = {"1": [], "2": []}
     async with rig(processes, infra=infra, start=["brain-1"], model=model) as system:
-        await system.until_ready("brain-1", slots)
+        await system.until_ready("brain-1")
         batch = 0
         for round_ in range(repeats + 1):
             batch += 1
@@ -274,7 +274,7 @@ async def concurrency(infra: Infrastructure, repeats: int, sessions: int) -> dic
             for two in _alternating(round_):
                 if two:
                     system.fleet.start("brain-2")
-                    await system.until_ready("brain-2", slots)
+                    await system.until_ready("brain-2")
                 batch += 1
                 sample = await _batch(system, f"b{batch}", sessions)
                 if two:

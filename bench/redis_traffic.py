@@ -57,7 +57,7 @@ async def main() -> None:
             processes, infra=infra, start=["scheduler", "hands", "brain"], tools=("echo",)
         ) as system,
     ):
-        await system.until_ready("brain", SLOTS)
+        await system.until_ready("brain")
         report["tool_call"] = await _tool_calls(system, args.repeats)
         _say("tool call", report["tool_call"])
         report["idle"] = await _idle(system, args.repeats, args.window)

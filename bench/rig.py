@@ -32,7 +32,6 @@ import httpx
 import redis
 import redis.asyncio
 from pydantic import JsonValue
-from rq import Worker
 
 from bh.deploy import service
 from bh.devstack import binaries
@@ -163,22 +162,23 @@ class Rig:
             answered[session_id] = when
         return answered
 
-    async def until_ready(self, name: str, slots: int, *, within: float = 60) -> None:
-        """Until the Brain ``name`` has all its wake slots registered with RQ."""
+    async def until_ready(self, name: str, *, within: float = 60) -> None:
+        """Until the Brain ``name`` takes wakes: its consumer's connection (named
+        ``<holder>.wakes``, the holder naming the pid) is blocked in a dequeue."""
         pid = self.fleet.processes[name].pid
         sync = redis_client.connect_sync(self.redis_url)
         deadline = time.monotonic() + within
         try:
             while time.monotonic() < deadline:
-                keys = await asyncio.to_thread(Worker.all_keys, sync)
-                if sum(1 for key in keys if f":{pid}:" in key) >= slots:
+                clients = await asyncio.to_thread(sync.client_list, _type="normal")
+                if any(_takes_wakes(client, pid) for client in clients):
                     return
                 if self.fleet.processes[name].poll() is not None:
                     raise RuntimeError(f"{name} exited; see {self.work / name}.log")
                 await asyncio.sleep(0.1)
         finally:
             sync.close()
-        raise TimeoutError(f"{name} did not register {slots} wake slots")
+        raise TimeoutError(f"{name} did not start taking wakes")
 
     def name_of(self, holder: str) -> str | None:
         """The fleet process whose pid is in a lease holder (``host:pid:incarnation``)."""
@@ -330,3 +330,8 @@ async def _until_serving(running: Rig) -> None:
             return
         await asyncio.sleep(0.1)
     raise TimeoutError(f"the model server did not start; see {running.work}/model.log")
+
+
+def _takes_wakes(client: dict[str, str], pid: int | None) -> bool:
+    name = client.get("name", "")
+    return f":{pid}:" in name and name.endswith(".wakes") and "b" in client.get("flags", "")

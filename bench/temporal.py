@@ -79,7 +79,7 @@ async def main() -> None:
         infrastructure() as infra,
         rig(processes, infra=infra, start=list(processes), tools=["echo"]) as system,
     ):
-        await system.until_ready("brain", 8)
+        await system.until_ready("brain")
         client = await Client.connect(address)
         worker = Worker(
             client,

@@ -5,8 +5,8 @@ mark), drives the session with that fence — the store's claim makes a stale ho
 unable to commit anything —, extends the lease while phases run, releases it when
 nothing is runnable, and asks for a delayed wake when a timer is due. A wake for a
 session another Brain is driving is handed back to the queue a moment later, so it is
-never lost. Wake jobs arrive through RQ (``coordination.wakes.WakeWorker``), one thread
-per slot; the drives themselves run on this process's event loop.
+never lost. Wake jobs are RQ jobs, taken by one consumer per Brain
+(``coordination.consumer``) while a slot is free; drives run on this process's loop.
 
 The lease keeper retries transient Redis errors until the lease's own deadline, which
 it knows from this host's monotonic clock (``coordination.leases.LeaseProof``); the
@@ -21,27 +21,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-import uuid
 from collections import Counter
 from datetime import timedelta
+
+import redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from brain.runner import DriveReport, SessionRunner
 from contracts import LeaseLost, StoreUnavailable
 from coordination import redis_client
+from coordination.consumer import WakeConsumer
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
 from coordination.routes import Routes, model_offers, route_of
-from coordination.wakes import RQWakes, WakeWorker, wake_queue
+from coordination.wakes import RQWakes
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
 
 log = logging.getLogger(__name__)
-
-#: how often dead wake slots are looked for
-SUPERVISE_S = 1.0
 
 
 class BrainService:
@@ -83,19 +83,36 @@ class BrainService:
         #: liveness evidence of this and other Brain incarnations (restart limit)
         self._evidence = redis_client.connect(redis_url)
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
-        #: each wake slot's RQ worker (made in the slot's thread) and thread, by slot
-        self._workers: dict[int, WakeWorker] = {}
         #: wake jobs refused (not the wake function of one session id), by reason
         self.refused_wakes: Counter[str] = Counter()
-        self._threads: dict[int, threading.Thread] = {}
-        #: wake slots started again after their loop ended while the Brain ran
-        self.slot_restarts = 0
-        #: set (by ``shutdown``) before any slot is told to stop: threads read it
-        self._stopping = threading.Event()
+        # The consumer's own clients: its blocking dequeue holds a connection, named
+        # after this Brain (``CLIENT LIST`` shows it); a blocking one for RQ's failed
+        # registry
+        self._taking = redis_client.connect(
+            redis_url,
+            client_name=f"{self.holder}.wakes",
+            socket_timeout=30,
+            # a pooled connection Redis dropped (a restart) is replaced and the command
+            # sent again, not failed: redis-py retries only the errors listed here
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        )
+        self._failures = redis_client.connect_sync(redis_url)
+        self.consumer = WakeConsumer(
+            self._taking,
+            self._failures,
+            prefix=wakes.prefix,
+            route=self.route,
+            slots=concurrency,
+            drive=self.drive,
+            refused=self.refused_wakes,
+            observer=runner.services.metrics,
+        )
         self._held: dict[str, Lease] = {}
         self._driving: set[str] = set()
         self._again: set[str] = set()
         self._stopped = asyncio.Event()
+        self._consuming: asyncio.Task[None] | None = None
         self.metrics = runner.services.metrics
         self.metrics.slots(concurrency, lambda: len(self._driving))
 
@@ -104,90 +121,26 @@ class BrainService:
         return self.runner.services.runner_id
 
     async def holds_its_route(self) -> None:
-        """Readiness: every wake slot's worker runs and, with routes, this Brain's route
-        is advertised in Redis (so the scheduler can wake it)."""
-        running = sum(thread.is_alive() for thread in self._threads.values())
-        if running < self.concurrency:
-            raise RuntimeError(f"{self.concurrency - running} wake slots are not running")
+        """Readiness: the wake consumer runs and, with routes, this Brain's route is
+        advertised in Redis (so the scheduler can wake it)."""
+        if not self.consumer.running:
+            raise RuntimeError("the wake consumer is not running")
         if self.routes is not None and self.route not in await self.routes.live():
             raise RuntimeError(f"route {self.route} is not advertised")
 
     async def run(self) -> None:
-        """Consume wake jobs with ``concurrency`` slots until ``shutdown``."""
-        loop = asyncio.get_running_loop()
+        """Take wake jobs for ``concurrency`` slots until ``shutdown``."""
         advertising = None
         if self.routes is not None:
             await self.routes.advertise(self.offers)
             advertising = asyncio.create_task(self._advertise(self.routes))
         beating = asyncio.create_task(self._beat())
-        for slot in range(self.concurrency):
-            self._start_slot(slot, loop)
-        supervising = asyncio.create_task(self._supervise(loop))
+        self._consuming = asyncio.create_task(self.consumer.run())
         await self._stopped.wait()
-        await cancel_and_wait(beating, supervising)
+        await self._consuming  # ends within its blocking dequeue's wait once stopped
+        await cancel_and_wait(beating)
         if advertising is not None:
             await cancel_and_wait(advertising)
-
-    def _start_slot(self, slot: int, loop: asyncio.AbstractEventLoop) -> None:
-        name = f"{self.holder}.{slot}.{uuid.uuid4().hex[:6]}"
-        thread = threading.Thread(
-            target=self._slot, args=(slot, name, loop), name=name, daemon=True
-        )
-        self._threads[slot] = thread
-        thread.start()
-
-    def _slot(self, slot: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
-        """One wake slot, in its own thread: its RQ worker is made here, not on the loop
-        (making one talks to Redis, which may be down). It ends when the worker's loop
-        ends: by ``shutdown``, or when RQ gave up on an error (``_supervise``)."""
-        # A client (connection pool) per slot: an RQ worker keeps one connection for its
-        # pubsub and one for its blocking dequeue, and redis-py caps a pool at 100
-        # connections, so a shared pool ran dry past ~50 slots and killed the rest.
-        # Named after the worker, each of its connections (``CLIENT LIST`` shows the slot)
-        connection = redis_client.connect_sync(self.redis_url, client_name=name)
-        try:
-            worker = WakeWorker(
-                [wake_queue(self.wakes.prefix, self.route, connection)],
-                name=name,
-                connection=connection,
-                prefix=self.wakes.prefix,
-                loop=loop,
-                drive=self.drive,
-                refused=self.refused_wakes,
-                observer=self.metrics,
-            )
-            self._workers[slot] = worker
-            if not self._stopping.is_set():
-                worker.work_here()
-        except Exception as error:  # Redis away while the worker registers: try later
-            log.warning("wake slot %d could not start: %s", slot, error)
-        finally:
-            connection.close()
-
-    async def _supervise(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start a slot again whose thread ended while the Brain runs: RQ's loop quits on
-        an error outside its dequeue (Redis going away as a job ends, a restart under
-        load), and a Brain with dead slots takes fewer wakes, or none, for good. A slot
-        that keeps ending within a minute waits longer each time (1 s doubling to 30 s)."""
-        started = {slot: loop.time() for slot in self._threads}
-        delay: dict[int, float] = {}
-        due: dict[int, float] = {}
-        while True:
-            await asyncio.sleep(SUPERVISE_S)
-            now = loop.time()
-            for slot, thread in list(self._threads.items()):
-                if thread.is_alive() or self._stopping.is_set():
-                    continue
-                if slot not in due:
-                    lasted = now - started.get(slot, now)
-                    delay[slot] = 1.0 if lasted > 60 else min(delay.get(slot, 0.5) * 2, 30.0)
-                    due[slot] = now + delay[slot]
-                    log.warning("wake slot %d stopped; starting it in %.0f s", slot, delay[slot])
-                elif now >= due[slot]:
-                    del due[slot]
-                    started[slot] = now
-                    self.slot_restarts += 1
-                    self._start_slot(slot, loop)
 
     async def _advertise(self, routes: Routes) -> None:
         while True:
@@ -229,17 +182,17 @@ class BrainService:
 
     async def shutdown(self) -> None:
         """Stop taking wakes, let running drives end, hand leases back."""
-        self._stopping.set()
-        for worker in list(self._workers.values()):
-            worker.stop()
+        self.consumer.stop()
         self._stopped.set()
-        deadline = time.monotonic() + self.drain.total_seconds()  # once, for every slot
-        for thread in list(self._threads.values()):
-            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
+        await self.consumer.drain(self.drain.total_seconds())  # once, for every slot
+        if self._consuming is not None:  # its dequeue ends (within 1 s) before the close
+            await asyncio.wait({self._consuming}, timeout=5)
         for lease in list(self._held.values()):
             with contextlib.suppress(Exception):
                 await self.leases.release(lease)
         await self._evidence.aclose()
+        await self._taking.aclose()
+        self._failures.close()
 
     async def drive(self, session_id: str) -> str:
         """One wake of one session: lease, drive, release. A session this Brain is

@@ -8,36 +8,28 @@
 * Delayed wakes (sleeping tasks, retry backoff) wait in a sorted set
   (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
   scheduler's timer — turns the due ones into jobs.
-* ``WakeWorker`` consumes wake jobs inside a Brain: RQ's own ``SimpleWorker`` bookkeeping
-  (the started, finished and failed registries, worker registration), one thread per
-  slot, so ``rq info`` shows the truth; the drive itself runs on the Brain's event loop.
+* ``coordination.consumer.WakeConsumer`` takes the jobs inside a Brain: one blocking
+  dequeue for the whole Brain, four commands per wake, instead of RQ's worker and its
+  per-job bookkeeping.
 * A wake job is data, never code. Jobs are JSON (RQ's default, pickle, runs whatever a
-  job's data or meta names the moment a worker reads it), and the worker performs only
+  job's data or meta names the moment a worker reads it), and the consumer performs only
   ``drive_session`` with one session id: anything else anyone wrote to the queue is
-  refused, counted (``WakeWorker.refused``), logged and moved to RQ's failed registry.
+  refused, counted (``WakeConsumer.refused``), logged and moved to RQ's failed registry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 import redis
-import redis.asyncio
 from pydantic import TypeAdapter, ValidationError
-from rq import Queue, SimpleWorker
-from rq.exceptions import StopRequested
+from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.timeouts import BaseDeathPenalty
 
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
@@ -46,21 +38,11 @@ from coordination.backlog import RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
 from coordination.timer import signal
 
-log = logging.getLogger(__name__)
-
 #: Job function path: what RQ records as the job's callable.
 JOB_FUNCTION = "coordination.wakes.drive_session"
 # Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
 # (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
 _PENDING_TTL_S = 5
-#: how long a wake slot's blocking dequeue waits for a job. Short: a Brain frozen (or cut
-#: off without its connections closing) keeps its blocked dequeues registered in Redis,
-#: which would hand it the next jobs for that long (a 30 s wait let a SIGSTOPped Brain
-#: take the wakes of sessions another Brain should run)
-BLOCK_S = 1
-#: how often an idle slot renews RQ's worker record (its TTL is ``worker_ttl``, 420 s)
-HEARTBEAT_S = 15.0
-_local = threading.local()
 
 
 def pending_key(prefix: str, session_id: str) -> str:
@@ -154,17 +136,25 @@ class RQWakes:
         if not self._sync.set(marker, reason, nx=True, ex=_PENDING_TTL_S):
             return  # a wake job of this session is already waiting
         queue = self._queues.get(route)
-        if queue is None:
-            queue = self._queues[route] = wake_queue(self.prefix, route, self._sync)
-        queue.enqueue_call(
-            JOB_FUNCTION,
-            args=(session_id,),
-            job_id=f"wake-{session_id}-{uuid.uuid4().hex[:8]}",
-            description=f"wake {session_id}: {reason}",
-            timeout=-1,
-            result_ttl=600,
-            failure_ttl=86400,
-        )
+        with self._sync.pipeline(transaction=False) as pipe:
+            if queue is None:  # RQ's list of queues, once per route and process
+                queue = self._queues[route] = wake_queue(self.prefix, route, self._sync)
+                pipe.sadd(queue.redis_queues_keys, queue.key)
+            # An RQ job, saved and pushed in one round trip: RQ's own enqueue adds a
+            # transaction and a second write of the job (6 commands instead of 2)
+            job = queue.create_job(
+                JOB_FUNCTION,
+                args=(session_id,),
+                job_id=f"wake-{session_id}-{uuid.uuid4().hex[:8]}",
+                description=f"wake {session_id}: {reason}",
+                timeout=-1,
+                result_ttl=600,
+                failure_ttl=86400,
+            )
+            job.enqueued_at = datetime.now(UTC)
+            job.save(pipeline=pipe)
+            queue.push_job_id(job.id, pipeline=pipe)
+            pipe.execute()
 
     def _later(self, session_id: str, when: float) -> None:
         with self._sync.pipeline(transaction=False) as pipe:
@@ -196,122 +186,11 @@ class RQWakes:
         self._sync.close()
 
 
-class _NoDeathPenalty(BaseDeathPenalty):
-    """Drives time themselves (leases, deadlines); RQ's signal timers don't work in
-    threads."""
-
-    def setup_death_penalty(self) -> None:
-        return None
-
-    def cancel_death_penalty(self) -> None:
-        return None
-
-
 def drive_session(session_id: str) -> str:
-    """The wake job: drive ``session_id`` with the Brain whose worker thread runs it."""
-    drive: Callable[[str], str] = _local.drive
-    return drive(session_id)
-
-
-class WakeObserver(Protocol):
-    """Hears what a wake slot does (``brain.metrics``)."""
-
-    def wake_started(self, waited: float) -> None: ...
-
-    def wake_refused(self, reason: str) -> None: ...
-
-
-class WakeWorker(SimpleWorker):
-    """One RQ worker per Brain slot, in a thread; drives run on the Brain's loop."""
-
-    death_penalty_class = _NoDeathPenalty
-
-    def __init__(
-        self,
-        queues: list[Queue],
-        *,
-        name: str,
-        connection: redis.Redis,
-        prefix: str,
-        loop: asyncio.AbstractEventLoop,
-        drive: Callable[[str], Coroutine[Any, Any, Any]],
-        refused: Counter[str] | None = None,
-        observer: WakeObserver | None = None,
-    ) -> None:
-        super().__init__(queues, name=name, connection=connection, serializer=JSONSerializer)
-        self._prefix = prefix
-        self._loop = loop
-        self._drive = drive
-        #: jobs refused, by reason (shared by the Brain's slots)
-        self.refused = refused if refused is not None else Counter()
-        self._observer = observer
-
-    def execute_job(self, job: Job, queue: Queue) -> None:
-        refused = refusal(job)
-        if refused is None:
-            if self._observer is not None and job.enqueued_at is not None:
-                waited = datetime.now(UTC) - job.enqueued_at.replace(tzinfo=UTC)
-                self._observer.wake_started(waited.total_seconds())
-            super().execute_job(job, queue)
-            return
-        reason, detail = refused
-        self.refused[reason] += 1
-        if self._observer is not None:
-            self._observer.wake_refused(reason)
-        log.warning("refused wake job %s: %s (%s)", job.id, reason, detail)
-        self.handle_job_failure(job, queue, exc_string=f"refused: {reason} ({detail})")
-
-    def _install_signal_handlers(self) -> None:
-        return None  # the Brain's main thread owns the signals
-
-    @property
-    def dequeue_timeout(self) -> int:
-        return BLOCK_S
-
-    def set_state(self, state: str, pipeline: Any = None) -> None:
-        # RQ writes the idle state at every turn of its dequeue loop: only a change
-        if pipeline is None and state == getattr(self, "_state", None):
-            return
-        super().set_state(state, pipeline=pipeline)
-
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        # RQ beats twice per turn of its dequeue loop (3 commands each): an idle slot
-        # renews its record every HEARTBEAT_S instead; beats with a TTL or a pipeline
-        # (a running job's) always go through
-        moment = time.monotonic()
-        if timeout is None and pipeline is None:
-            if moment - getattr(self, "_beat_at", -HEARTBEAT_S) < HEARTBEAT_S:
-                return
-            self._beat_at = moment
-        super().heartbeat(timeout, pipeline)
-
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Any, Queue] | None:
-        # RQ's loop waits for a job forever; ours gives up after each blocking wait to
-        # see the flag. A turn costs one BLMOVE: RQ's bookkeeping per turn (state, two
-        # heartbeats: 7 commands) is written only when it changes or every HEARTBEAT_S
-        # (``set_state``, ``heartbeat``).
-        while not self._stop_requested:
-            found = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=BLOCK_S)
-            if found is not None:
-                return found
-        raise StopRequested()
-
-    def work_here(self) -> None:
-        """Take wake jobs in this thread until ``stop`` (or until RQ's loop gives up)."""
-        _local.drive = self._perform
-        self.work(with_scheduler=False)
-
-    def _perform(self, session_id: str) -> str:
-        # Taken: later wakes must enqueue anew (no lost wake-up during this drive).
-        self.connection.delete(pending_key(self._prefix, session_id))
-        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
-            self._drive(session_id), self._loop
-        )
-        return str(future.result())
-
-    def stop(self) -> None:
-        """Stop taking jobs after the blocking dequeue in progress (at most ``BLOCK_S``);
-        a job being driven ends first."""
-        self._stop_requested = True
+    """The wake job's function as RQ records it. Brains take wake jobs with their own
+    consumer (``coordination.consumer``), never through RQ's worker: an ``rq worker``
+    pointed at a wake queue fails each job here, and the session is woken again by the
+    scheduler."""
+    raise RuntimeError(
+        f"wake of {session_id}: wake jobs are taken by Brains (brain serve), not rq worker"
+    )

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from rq.registry import FinishedJobRegistry
 
 from brain.context import PhaseContext
 from brain.outcome import Done, PhaseOutcome
@@ -95,8 +94,10 @@ async def test_a_submission_woken_on_rq_is_driven_to_its_answer(
             await wakes.wake(f"s{number}", reason="submission")
         await assert_eventually(lambda: _all_answered(store, 5), within=30)
     sync = redis_client.connect_sync(redis_url)
-    finished = FinishedJobRegistry(queue=wake_queue(prefix, "default", sync))
-    assert len(finished.get_job_ids()) >= 5  # RQ's own registries tell the truth
+    queue = wake_queue(prefix, "default", sync)
+    origins = {sync.hget(key, "origin") for key in sync.keys("rq:job:wake-s*")}
+    assert queue.count == 0 and queue.name.encode() not in origins  # taken, nothing left
+    assert sync.keys(f"{prefix}:wake:pending:*") == []
     sync.close()
     wakes.close()
 
@@ -254,16 +255,19 @@ async def test_one_brain_never_drives_a_session_twice_at_once(
     await store.close()
 
 
-async def test_a_wake_slot_that_redis_took_down_is_replaced(tmp_path: Path, redis_url: str) -> None:
-    """Redis goes away as a drive ends (a restart under load): RQ's loop meets the error
-    outside its dequeue (recording the job's end) and quits its thread. The Brain starts
-    the slot again once Redis is back, and takes wakes as before."""
+async def test_the_wake_consumer_takes_wakes_again_once_redis_is_back(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Redis goes away as a drive ends (a restart under load): the consumer's dequeue
+    fails, and it tries again (0.5 s doubling to 5 s) until Redis is back, then takes
+    wakes as before. (With RQ's worker in a thread per slot, an error outside the dequeue
+    ended the slot's loop, which then had to be restarted.)"""
     redis = urlsplit(redis_url)
     async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
         gated = redis_url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
 
         async def cut_off(ctx: PhaseContext) -> PhaseOutcome:
-            gate.shut()  # the drive ends with Redis gone: RQ's bookkeeping fails after it
+            gate.shut()  # the drive ends with Redis gone: the next dequeue fails
             return Done(result={"echo": ctx.input})
 
         prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -278,12 +282,12 @@ async def test_a_wake_slot_that_redis_took_down_is_replaced(tmp_path: Path, redi
             await client.submit("s-cut", "r1", {"task": {"kind": "cut", "input": 1}})
             await wakes.wake("s-cut", reason="submission")
             await assert_eventually(lambda: _all_answered_ids(store, ["s-cut"]), within=30)
-            await asyncio.sleep(3)  # RQ meets the closed gate, and gives up its loop
+            await asyncio.sleep(3)  # the consumer meets the closed gate, and retries
             gate.open()
-            await assert_eventually(lambda: _holds_route(service), within=30)
             await client.submit("s-after", "r1", {"task": {"kind": "echo", "input": 2}})
             await wakes.wake("s-after", reason="submission")
             await assert_eventually(lambda: _all_answered_ids(store, ["s-after"]), within=30)
+            assert await _holds_route(service)
         wakes.close()
         await store.close()
 
@@ -347,39 +351,38 @@ async def _all_inside(inside: list[str], sessions: list[str]) -> bool:
     return sorted(inside) == sorted(sessions)
 
 
-async def test_idle_wake_slots_cost_one_blocking_dequeue_a_turn_and_stop_at_once(
+async def test_an_idle_brain_costs_one_blocking_dequeue_a_second_whatever_its_slots(
     tmp_path: Path, redis_url: str
 ) -> None:
-    """An idle slot's turn (a 1 s blocking dequeue, short so that a frozen Brain's
-    blocked dequeues cannot take jobs for long) no longer rewrites RQ's worker record
-    (state, heartbeat: 7 commands a turn, 56 a second for 8 slots): the record is
-    renewed every 15 s. A shutdown ends the slots' dequeues within their 1 s wait."""
+    """One consumer per Brain: an idle Brain of 6 slots holds one blocked dequeue (a 1 s
+    wait, short so that a frozen Brain cannot take jobs for long), not one per slot, and
+    writes no bookkeeping between them; a shutdown ends it within that wait."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
     registry = Registry()
     registry.add(kind("echo", {"start": _echo}))
     sync = redis_client.connect_sync(redis_url)
     try:
-        async with brain(store, redis_url, prefix, "brain-a", registry, concurrency=3) as service:
-            await assert_eventually(lambda: _blocked(sync, service, 3), within=20)
-            workers = list(service._workers.values())
-            beats = [sync.hget(w.key, "last_heartbeat") for w in workers]
-            await asyncio.sleep(2.5)  # two turns or more of each slot
-            assert [sync.hget(w.key, "last_heartbeat") for w in workers] == beats
-            assert all(sync.ttl(w.key) > 400 for w in workers)  # the record stays
+        async with brain(store, redis_url, prefix, "brain-a", registry, concurrency=6) as service:
+            await assert_eventually(lambda: _blocked(sync, service), within=20)
+            assert await asyncio.to_thread(_blocking, sync, service) == 1
+            assert not sync.keys(f"rq:worker:{service.holder}*"), "no RQ worker to renew"
             started = time.monotonic()
             await asyncio.wait_for(service.shutdown(), 30)
             took = time.monotonic() - started
-        assert took < 3, f"shutdown took {took:.1f} s: the slots' blocking dequeues held it"
-        assert not any(t.is_alive() for t in service._threads.values())
+        assert took < 3, f"shutdown took {took:.1f} s: the blocking dequeue held it"
+        assert not service.consumer.running
     finally:
         sync.close()
         await store.close()
 
 
-async def _blocked(sync: Any, service: BrainService, count: int) -> bool:
-    """``count`` of the Brain's slot connections blocked in a dequeue, for seconds."""
-    names = {w.name for w in service._workers.values()}
-    clients = await asyncio.to_thread(sync.client_list, _type="normal")
-    blocked = [c for c in clients if c.get("name") in names and "b" in c["flags"]]
-    return len(blocked) == count
+def _blocking(sync: Any, service: BrainService) -> int:
+    clients = sync.client_list(_type="normal")
+    name = f"{service.holder}.wakes"
+    return len([c for c in clients if c.get("name") == name and "b" in c["flags"]])
+
+
+async def _blocked(sync: Any, service: BrainService) -> bool:
+    """The Brain's consumer connection is blocked in a dequeue."""
+    return await asyncio.to_thread(_blocking, sync, service) >= 1

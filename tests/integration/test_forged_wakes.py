@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from rq import Queue
+from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from brain.registry import Registry
@@ -67,6 +68,10 @@ async def test_forged_wake_jobs_are_refused_counted_and_never_run(tmp_path: Path
             await asyncio.sleep(0.5)
             assert [marker.exists() for marker in markers] == [False, False, False]
             assert sum(service.refused_wakes.values()) == 6, service.refused_wakes
+        failed = FailedJobRegistry(queue=as_json)  # rq info shows them
+        assert len(failed.get_job_ids()) == 6
+        statuses = {sync.hget(f"rq:job:{job_id}", "status") for job_id in failed.get_job_ids()}
+        assert statuses == {b"failed"}
     finally:
         wakes.close()
         sync.close()

@@ -1,0 +1,225 @@
+"""The wake consumer: one per Brain, taking its route's RQ wake jobs for its slots.
+
+RQ's own worker keeps a job's whole life in Redis — started, finished and failed
+registries, the job hash rewritten at each step, a result stream, worker state and
+heartbeats: about 35 commands per wake, and with one worker per slot, a blocking dequeue
+per slot per second when idle. A wake is a hint ("session S may have work"), so its
+consumer needs far less: one blocking ``BLPOP`` at a time for the whole Brain, and only
+while a slot is free (a busy Brain leaves wakes to the others); then the job's hash read
+(``HGETALL``), checked exactly as before (``coordination.wakes.refusal``: JSON, the wake
+function, one session id), and deleted with the session's pending marker in one round
+trip. Four commands per wake; one ``BLPOP`` per second when idle, whatever the slots.
+
+What RQ's bookkeeping gave and how it is kept: ``rq info`` still shows the queue and its
+waiting jobs (they are RQ jobs, enqueued by ``RQWakes``), refused jobs and drives that
+raised still go to RQ's failed registry with the reason. A job taken by a Brain that then
+dies is not kept in a list to recover: as before (RQ's intermediate list was cleaned by
+its maintenance only), the session is found again by the scheduler — the attention set,
+lapsed leases, the audit. A frozen Brain holds at most one blocked dequeue (not one per
+slot), and for at most ``BLOCK_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+import redis
+import redis.asyncio
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
+from rq.serializers import JSONSerializer
+
+from coordination.wakes import pending_key, refusal, wake_queue
+from runtime.cancellation import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+#: how long one blocking dequeue waits for a job: short, because a frozen Brain (or one
+#: cut off without its connection closing) keeps its blocked dequeue registered in Redis
+#: and would be handed the next job for that long
+BLOCK_S = 1
+#: pauses after Redis failed a dequeue, doubling
+_RETRY_S = (0.5, 5.0)
+_FAILURE_TTL_S = 86400
+
+
+class WakeObserver(Protocol):
+    """Hears what the consumer does (``brain.metrics``)."""
+
+    def wake_started(self, waited: float) -> None: ...
+
+    def wake_refused(self, reason: str) -> None: ...
+
+
+Drive = Callable[[str], Awaitable[str]]
+
+
+class WakeConsumer:
+    """``run()`` takes wakes until ``stop()``; ``drain(within)`` waits for the drives."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        failures: redis.Redis,
+        *,
+        prefix: str,
+        route: str,
+        slots: int,
+        drive: Drive,
+        refused: Counter[str] | None = None,
+        observer: WakeObserver | None = None,
+    ) -> None:
+        """``client``: this consumer's own (its blocking dequeue holds a connection);
+        ``failures``: a blocking client for RQ's failed registry (a rare path)."""
+        self._client = client
+        self._queue = wake_queue(prefix, route, failures)
+        self._prefix = prefix
+        self._slots = asyncio.Semaphore(slots)
+        self._drive = drive
+        #: jobs refused, by reason
+        self.refused = refused if refused is not None else Counter()
+        self._observer = observer
+        self._drives: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        #: the dequeue loop is running (readiness)
+        self.running = False
+
+    async def run(self) -> None:
+        self.running = True
+        pause = _RETRY_S[0]
+        try:
+            while await self._free_slot():  # a slot first: a busy Brain leaves wakes
+                try:
+                    job_id = await self._take()
+                except (redis.RedisError, OSError) as error:
+                    self._slots.release()
+                    log.warning("wake dequeue failed: %s; again in %.1f s", error, pause)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, _RETRY_S[1])
+                    continue
+                pause = _RETRY_S[0]
+                if job_id is None:
+                    self._slots.release()
+                    continue
+                task = asyncio.create_task(self._perform(job_id))
+                self._drives.add(task)
+                task.add_done_callback(self._drives.discard)
+        finally:
+            self.running = False
+
+    def stop(self) -> None:
+        """Take no more wakes: the dequeue in progress ends within ``BLOCK_S``."""
+        self._stopping.set()
+
+    async def _free_slot(self) -> bool:
+        """A slot taken, or False once stopping (also while every slot is busy)."""
+        if self._stopping.is_set():
+            return False
+        if not self._slots.locked():
+            await self._slots.acquire()  # free now: no wait
+            return True
+        acquiring = asyncio.ensure_future(self._slots.acquire())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait(acquiring, stopping)
+        got = acquiring.done() and not acquiring.cancelled()
+        if got and self._stopping.is_set():
+            self._slots.release()
+            return False
+        return got
+
+    async def drain(self, within: float) -> None:
+        """Wait up to ``within`` seconds, once, for the drives running now."""
+        if self._drives:
+            await asyncio.wait(set(self._drives), timeout=within)
+
+    async def _take(self) -> str | None:
+        taken = await self._client.blpop([self._queue.key], timeout=BLOCK_S)
+        if taken is None:
+            return None
+        job_id = _text(taken[1])
+        if self._stopping.is_set():  # taken as the Brain stops: back to the head, for another
+            await self._client.lpush(self._queue.key, job_id)
+            return None
+        return job_id
+
+    async def _perform(self, job_id: str) -> None:
+        try:
+            try:
+                job = await self._read(job_id)
+                session_id = None if job is None else await self._taken(job)
+            except (redis.RedisError, OSError) as error:
+                await self._give_back(job_id, error)
+                return
+            if job is None or session_id is None:
+                return
+            try:
+                await self._drive(session_id)
+            except Exception as error:
+                log.exception("wake job %s: the drive of %s failed", job_id, session_id)
+                await self._fail(job, f"{type(error).__name__}: {error}")
+        finally:
+            self._slots.release()
+
+    async def _give_back(self, job_id: str, error: Exception) -> None:
+        """Redis failed between the dequeue and the drive: the job goes back to the
+        queue's head when Redis answers again (else the scheduler finds the session)."""
+        log.warning(
+            "wake job %s: Redis failed before its drive (%s); handing it back", job_id, error
+        )
+        with contextlib.suppress(redis.RedisError, OSError):
+            await self._client.lpush(self._queue.key, job_id)
+
+    async def _read(self, job_id: str) -> Job | None:
+        """The job, checked; a refused one goes to the failed registry."""
+        job = Job(job_id, connection=self._queue.connection, serializer=JSONSerializer)
+        raw = await self._client.hgetall(job.key)
+        if not raw:
+            return None  # deleted under the queue (a flush): nothing to drive
+        job.restore(raw)
+        refused = refusal(job)
+        if refused is None:
+            return job
+        reason, detail = refused
+        self.refused[reason] += 1
+        if self._observer is not None:
+            self._observer.wake_refused(reason)
+        log.warning("refused wake job %s: %s (%s)", job_id, reason, detail)
+        await self._fail(job, f"refused: {reason} ({detail})")
+        return None
+
+    async def _taken(self, job: Job) -> str:
+        """The job's session; the job and the session's pending marker deleted now, so
+        a wake arriving during the drive queues a new job."""
+        session_id = str(job.args[0])
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.delete(job.key, pending_key(self._prefix, session_id))
+            await pipe.execute()
+        if self._observer is not None and job.enqueued_at is not None:
+            waited = datetime.now(UTC) - job.enqueued_at.replace(tzinfo=UTC)
+            self._observer.wake_started(waited.total_seconds())
+        return session_id
+
+    async def _fail(self, job: Job, why: str) -> None:
+        """Into RQ's failed registry, so ``rq info`` shows it (best effort)."""
+
+        def record() -> None:
+            registry = FailedJobRegistry(queue=self._queue)
+            with self._queue.connection.pipeline() as pipe:
+                job.set_status(JobStatus.FAILED, pipeline=pipe)
+                job.ended_at = datetime.now(UTC)
+                registry.add(job, ttl=_FAILURE_TTL_S, exc_string=why, pipeline=pipe)
+                pipe.execute()
+
+        with contextlib.suppress(redis.RedisError, OSError):
+            await asyncio.to_thread(record)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
