@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from redis.asyncio import Redis
 
+from brain.model.openai import DEFAULT_CONNECTIONS
 from brain.model.settings import ModelSettings
 from brain.service import BrainService
 from brain.worker import BrainSettings, WorkerSettings, build, run_worker
@@ -122,6 +123,9 @@ def worker(
     configure_logging("brain")
     setup_tracing("brain")
     model = ModelSettings.from_env() if os.environ.get("BH_MODEL_BASE_URL") else None
+    if model is not None and model.max_connections is None:  # a request in flight per slot
+        pool = max(concurrency, DEFAULT_CONNECTIONS)
+        model = model.model_copy(update={"max_connections": pool})
     settings = BrainSettings(
         store_url=store,
         plugins=tuple(plugin or ()),

@@ -29,6 +29,8 @@ from contracts.errors import ModelRejected, ModelUnavailable
 from contracts.usage import Usage
 
 MAX_ERROR_TEXT = 500
+#: model requests in flight from one client when its settings do not say (httpx's own)
+DEFAULT_CONNECTIONS = 100
 
 
 class OpenAIChatClient:
@@ -39,8 +41,11 @@ class OpenAIChatClient:
     ) -> None:
         self._settings = settings
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        pool = settings.max_connections or DEFAULT_CONNECTIONS
         self._http = httpx.AsyncClient(
-            timeout=settings.timeout.total_seconds(), transport=transport
+            timeout=settings.timeout.total_seconds(),
+            transport=transport,
+            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
         )
 
     async def __aenter__(self) -> OpenAIChatClient:

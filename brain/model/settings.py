@@ -35,6 +35,9 @@ class ModelSettings(Frozen):
     #: limits of this endpoint across all Brains (``coordination.ratelimit``; None: none)
     requests_per_minute: int | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
+    #: model requests one process keeps in flight at most (its HTTP connection pool);
+    #: None: 100, and a Brain raises it to its slots (``brain serve --concurrency``)
+    max_connections: int | None = Field(default=None, gt=0)
 
     @field_validator("base_url")
     @classmethod
@@ -52,7 +55,8 @@ class ModelSettings(Frozen):
         else ``<prefix>API_KEY``; both set is refused (which one is meant?). Optional
         prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``; and
         limits across all Brains: ``<prefix>RPM`` (requests), ``<prefix>TPM`` (tokens)
-        per minute; ``<prefix>STREAM=1`` to stream answers, whose text is saved as a
+        per minute; ``<prefix>MAX_CONNECTIONS``, requests in flight from one process;
+        ``<prefix>STREAM=1`` to stream answers, whose text is saved as a
         preview at most every ``<prefix>PREVIEW_MS`` (250) milliseconds, up to
         ``<prefix>PREVIEW_CHARS`` (8000) characters."""
         source = os.environ if environ is None else environ
@@ -67,6 +71,7 @@ class ModelSettings(Frozen):
                 preview_chars=source.get(f"{prefix}PREVIEW_CHARS", "").strip() or 8000,
                 requests_per_minute=source.get(f"{prefix}RPM", "").strip() or None,
                 tokens_per_minute=source.get(f"{prefix}TPM", "").strip() or None,
+                max_connections=source.get(f"{prefix}MAX_CONNECTIONS", "").strip() or None,
             )
         except ValidationError as exc:
             problems = "; ".join(str(error["msg"]) for error in exc.errors())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -324,3 +325,31 @@ def test_the_key_may_come_from_a_private_file(tmp_path: Path) -> None:
     key_file.chmod(0o644)
     with pytest.raises(InvalidInput, match="others may read"):
         ModelSettings.from_env(environ=environ)
+
+
+@pytest.mark.parametrize(("max_connections", "peak"), [(None, 100), (110, 110)])
+async def test_requests_in_flight_are_bounded_by_the_connection_pool_not_below_the_slots(
+    max_connections: int | None, peak: int
+) -> None:
+    """One Brain of 1,000 slots never had more than 100 model requests in flight: httpx's
+    default pool. ``max_connections`` (a Brain sets it to its slots) raises it."""
+    flying, seen = 0, 0
+    body = {
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+    async def answer(request: Request) -> Response:
+        nonlocal flying, seen
+        flying += 1
+        seen = max(seen, flying)
+        await asyncio.sleep(0.5)
+        flying -= 1
+        return Response(json.dumps(body), media_type="application/json")
+
+    app = Starlette(routes=[Route("/chat/completions", answer, methods=["POST"])])
+    extra = {} if max_connections is None else {"max_connections": max_connections}
+    async with serve(app) as base_url, OpenAIChatClient(settings(base_url, **extra)) as client:
+        await asyncio.gather(*(client.complete([USER], request_id=f"r{n}") for n in range(120)))
+    assert seen == peak
