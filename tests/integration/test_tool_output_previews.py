@@ -23,6 +23,7 @@ from session_api.app import create_app
 from session_api.views import CommitEvent, PreviewView
 from session_store import SessionStore, open_store
 from tests.integration.test_session_api import FAST, TOKEN
+from tests.support.eventually import assert_eventually
 from tests.support.http_server import serve
 from tests.support.images import tool_images
 from tests.support.intents import CommittingExecutor, commit_intent
@@ -92,6 +93,12 @@ async def test_a_running_tools_log_streams_to_the_event_stream_as_previews(
                     saved.append((preview.bytes, preview.running))
                 await asyncio.sleep(0.2)
             result = await running
+            # the stream shows what it finds at each look: the final preview is there
+            # until the result is applied, so the apply waits for the stream to show it
+            # (applied at once, under load the stream missed it: 7, 21, 35 of 42 bytes)
+            last = await store.get_output_preview(call.operation_id)
+            assert last is not None
+            await assert_eventually(lambda: _shown(seen, last.bytes), within=10)
             handle = await store.session("s1")
             applied = Commit(applied_operations=(call.operation_id,))
             await handle.commit(applied, fence=handle.fence)
@@ -112,3 +119,7 @@ async def test_a_running_tools_log_streams_to_the_event_stream_as_previews(
     sizes = [p.chars for p in live]
     assert sizes == sorted(sizes) and sizes[-1] == final.bytes
     assert shown[-1].removed, "applying the result removed the preview"
+
+
+async def _shown(seen: list[StreamItem], chars: int) -> bool:
+    return any(isinstance(i, PreviewView) and i.chars == chars and not i.removed for i in seen)
