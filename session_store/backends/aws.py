@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Any, Literal, NoReturn
 
+import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import (
@@ -16,6 +17,10 @@ from botocore.exceptions import (
 
 from contracts import PayloadTooLarge, ReadOnlyStore, StoreMissing, StoreUnavailable
 
+#: errors of the way to the store, not answers from it: the store is unavailable. An
+#: HTTP body broken off mid-read (the server restarting) comes out of aiohttp itself,
+#: not wrapped by botocore (``tests/unit/test_s3_broken_peer.py``)
+TRANSIENT: tuple[type[Exception], ...] = (BotoCoreError, OSError, TimeoutError, aiohttp.ClientError)
 _MISSING = frozenset({"NoSuchBucket", "ResourceNotFoundException"})
 _DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnrecognizedClientException"})
 
@@ -83,7 +88,7 @@ def translate(error: Exception, where: str) -> NoReturn:
         ) from None
     if isinstance(error, EndpointConnectionError):
         raise StoreUnavailable(f"{where}: cannot connect to the endpoint") from None
-    if isinstance(error, BotoCoreError | OSError | TimeoutError):
+    if isinstance(error, TRANSIENT):
         raise StoreUnavailable(f"{where}: {type(error).__name__}: {error}") from None
     raise error
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from session_store.backend import ItemExists
-from session_store.backends.aws import error_code, open_client, translate
+from session_store.backends.aws import TRANSIENT, error_code, open_client, translate
 
-_ERRORS = (ClientError, BotoCoreError, OSError, TimeoutError)
+_ERRORS: tuple[type[Exception], ...] = (ClientError, *TRANSIENT)
 
 
 class DynamoBackend:

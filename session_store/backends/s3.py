@@ -13,10 +13,12 @@ import asyncio
 from contextlib import AsyncExitStack
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from session_store.backend import ItemExists
-from session_store.backends.aws import error_code, open_client, translate
+from session_store.backends.aws import TRANSIENT, error_code, open_client, translate
+
+_ERRORS: tuple[type[Exception], ...] = (ClientError, *TRANSIENT)
 
 _PARALLEL_GETS = 32
 _CONFLICT_RETRIES = 5
@@ -58,7 +60,7 @@ class S3Backend:
                 # A concurrent conditional write to this key is in flight; the next
                 # attempt will see it either created (412) or abandoned.
                 await asyncio.sleep(0.02 * 2**attempt)
-            except (BotoCoreError, OSError, TimeoutError) as error:
+            except TRANSIENT as error:
                 translate(error, self.description)
 
     async def put(self, partition: str, item: str, value: bytes) -> None:
@@ -66,7 +68,7 @@ class S3Backend:
             await self._client.put_object(
                 Bucket=self._bucket, Key=self._key(partition, item), Body=value
             )
-        except (ClientError, BotoCoreError, OSError, TimeoutError) as error:
+        except _ERRORS as error:
             translate(error, self.description)
 
     async def get(self, partition: str, item: str) -> bytes | None:
@@ -75,7 +77,7 @@ class S3Backend:
     async def delete(self, partition: str, item: str) -> None:
         try:
             await self._client.delete_object(Bucket=self._bucket, Key=self._key(partition, item))
-        except (ClientError, BotoCoreError, OSError, TimeoutError) as error:
+        except _ERRORS as error:
             translate(error, self.description)
 
     async def items(
@@ -102,7 +104,7 @@ class S3Backend:
                     name = entry["Key"][len(prefix) :]
                     if "/" not in name:  # deeper keys belong to another partition
                         names.append(name)
-        except (ClientError, BotoCoreError, OSError, TimeoutError) as error:
+        except _ERRORS as error:
             translate(error, self.description)
         return names
 
@@ -122,7 +124,7 @@ class S3Backend:
         except ClientError as error:
             if error_code(error) not in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
                 translate(error, self.description)
-        except (BotoCoreError, OSError, TimeoutError) as error:
+        except TRANSIENT as error:
             translate(error, self.description)
 
     async def check(self) -> None:
@@ -132,7 +134,7 @@ class S3Backend:
             if error_code(error) in {"404", "NoSuchBucket", "NotFound"}:
                 error.response["Error"]["Code"] = "NoSuchBucket"
             translate(error, self.description)
-        except (BotoCoreError, OSError, TimeoutError) as error:
+        except TRANSIENT as error:
             translate(error, self.description)
 
     async def close(self) -> None:
@@ -152,5 +154,5 @@ class S3Backend:
                 if error_code(error) in {"NoSuchKey", "404"}:
                     return None
                 translate(error, self.description)
-            except (BotoCoreError, OSError, TimeoutError) as error:
+            except TRANSIENT as error:
                 translate(error, self.description)

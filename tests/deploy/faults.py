@@ -71,6 +71,7 @@ class Faults:
                     f"{container.name} not ready {RECOVERY:.0f} s after {fault}: {said}"
                 )
                 print(f"VIOLATION {self.violations[-1]} (restarting it)", flush=True)
+                print(await _tail(container), flush=True)  # why: its last words
                 await asyncio.to_thread(container.restart, timeout=30)
             if unready:
                 await self.deployment.healthy(service, len(await self.deployment.found(service)))
@@ -206,3 +207,13 @@ class Faults:
 
 def _iptables(*args: str) -> None:
     subprocess.run(["iptables", "-w", *args], check=True, capture_output=True)
+
+
+async def _tail(container: Any, lines: int = 40) -> str:
+    """The last ``lines`` of a container's log, indented, for a violation's report."""
+    try:
+        raw = await asyncio.to_thread(container.logs, tail=lines)
+    except Exception as error:  # the report goes on without it
+        return f"    (no log: {error!r})"
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return "\n".join(f"    {line}" for line in text.splitlines())
