@@ -1,6 +1,7 @@
 """How many sessions one Brain holds in model calls at once (issue 17, goal 4).
 
-One Brain process (``--slots``, 1,000 by default), the scripted model answering every
+One Brain process (``--slots``, 1,000 by default) and the scheduler (a model call that
+failed is retried at a delayed wake), the scripted model answering every
 request after ``--delay`` seconds, the store on SQLite, Redis and NATS of the benchmark's
 own (``bench.rig``). Each round submits ``--sessions`` one-round agent sessions and wakes
 them at once; measured per round:
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.rig import Rig, brain_argv, infrastructure, rig
+from bench.rig import Rig, brain_argv, infrastructure, rig, scheduler_argv
 from bench.stats import median
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -56,7 +57,12 @@ async def main() -> None:
     rounds: list[dict[str, float]] = []
     async with (
         infrastructure() as infra,
-        rig({"brain": brain_argv(concurrency=args.slots)}, infra=infra, model=model) as system,
+        rig(
+            {"scheduler": scheduler_argv(), "brain": brain_argv(concurrency=args.slots)},
+            infra=infra,
+            start=["scheduler"],
+            model=model,
+        ) as system,
     ):
         without = await _clients(system)
         system.fleet.start("brain")
