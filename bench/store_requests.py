@@ -23,8 +23,8 @@ noisy on a busy machine and moto's listings scan everything it holds; the counts
 what to compare.
 
 Run it again from a worktree of an older commit with ``--label before`` and the same
-``--out`` to compare: runs are kept by label, and the comparison is added when both a
-``before`` and an ``after`` run are in the file.
+``--out`` to compare: runs are kept by label, and ``comparison`` puts every run's
+headline figures side by side.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ class Tally:
     baselines_failed: int = 0
 
     def on_send(self, event_name: str, **_: Any) -> None:
+        # returns None: botocore takes a before-send handler's answer as the response
         self.sends[(_PHASE.get(), event_name.rsplit(".", 1)[-1])] += 1
-        # a handler's answer to before-send would be taken as the response: none
 
     def on_call(self, event_name: str, **_: Any) -> None:
         self.calls[(_PHASE.get(), event_name.rsplit(".", 1)[-1])] += 1
@@ -319,34 +319,29 @@ def revision() -> dict[str, str]:
         "sha": git("rev-parse", "HEAD"),
         "subject": git("log", "-1", "--format=%s")[:200],
         "session_store": str(Path(session_store.__file__).parent),
+        # the measured store differs from that commit in these files
+        "modified": git("diff", "--name-only", "HEAD", "--", "session_store", "contracts"),
     }
 
 
 def compare(runs: dict[str, Any]) -> dict[str, Any]:
-    """Requests per commit after / before, per backend and scenario."""
-    before, after = runs.get("before"), runs.get("after")
-    if not before or not after:
-        return {}
-    found: dict[str, Any] = {}
-    for kind, scenarios in after["backends"].items():
-        for name, now in scenarios.items():
-            then = before["backends"].get(kind, {}).get(name)
-            if then is None:
-                continue
-            found[f"{kind} {name}"] = {
-                key: {"before": then[key], "after": now[key]}
-                for key in ("requests_per_commit", "conflicts_per_commit", "seconds")
-            } | {
-                "by_phase_per_commit": {
-                    "before": then["by_phase_per_commit"],
-                    "after": now["by_phase_per_commit"],
-                },
-                "requests_per_baseline": {
-                    "before": then["baselines"]["requests_per_baseline"],
-                    "after": now["baselines"]["requests_per_baseline"],
-                },
-            }
+    """The headline figures of every run side by side, per backend and scenario."""
+    found: dict[str, dict[str, Any]] = {}
+    for label, run in runs.items():
+        for kind, scenarios in run["backends"].items():
+            for name, result in scenarios.items():
+                found.setdefault(f"{kind} {name}", {})[label] = headline(result)
     return found
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "requests_per_commit": result["requests_per_commit"],
+        "conflicts_per_commit": result["conflicts_per_commit"],
+        "by_phase_per_commit": result["by_phase_per_commit"],
+        "requests_per_baseline": result["baselines"]["requests_per_baseline"],
+        "seconds": result["seconds"],
+    }
 
 
 def print_scenario(kind: str, name: str, result: dict[str, Any]) -> None:
@@ -371,6 +366,7 @@ async def main() -> None:
     parser.add_argument("--commits", type=int, default=300, help="commits per writer")
     parser.add_argument("--baseline-every", type=int, default=7)
     parser.add_argument("--label", default="after", help="run name in --out (before/after)")
+    parser.add_argument("--note", default="", help="what this run measures, for --out")
     parser.add_argument("--out", default="bench/results/store_requests.json")
     args = parser.parse_args()
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -378,6 +374,7 @@ async def main() -> None:
     os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
     total = args.writers * args.commits
     run: dict[str, Any] = revision() | {
+        "note": args.note,
         "parameters": {
             "writers": args.writers,
             "commits": args.commits,
