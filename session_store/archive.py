@@ -306,14 +306,37 @@ class Archive:
     async def _archive_entries(self, snapshot: SessionState) -> None:
         """Archive the entry tail as segments, reusing segments an earlier (possibly
         crashed) baseline writer already created for the same range."""
-        first, tail = snapshot.entries_archived, snapshot.entries_tail
-        while tail:
+        first, tail, walk = await self._past_others(snapshot)
+        while walk and tail:
             item = layout.seq_item(first)
             segment = await self._segment(snapshot, item, first, tail)
             if segment.count > len(tail):
                 break  # a writer that had seen more archived it: keep ours live
             first, tail = first + segment.count, tail[segment.count :]
         snapshot.entries_archived, snapshot.entries_tail = first, list(tail)
+
+    async def _past_others(self, snapshot: SessionState) -> tuple[int, list[Entry], bool]:
+        """Where this writer's archiving starts: past the segments other writers created
+        since its ``entries_archived`` moved (only its own baselines move it), found in
+        one listing and one read instead of a failed create and a read per segment.
+
+        Segments are contiguous — each starts where one ends, at a writer's
+        ``entries_archived`` — so every entry below the newest segment's start is
+        archived. That start is a boundary only when it lies within this snapshot; a
+        newest segment beyond it leaves the walk as it was (it stops at a segment longer
+        than the tail, keeping the rest live). The flag: whether to walk on."""
+        first, tail = snapshot.entries_archived, snapshot.entries_tail
+        partition = layout.segment_partition(snapshot.session_id)
+        later = await self._backend.keys(partition, after=layout.seq_item(first)) if tail else []
+        if not later:
+            return first, tail, True
+        newest = await self._read(partition, later[-1], SegmentRecord)
+        if newest is None or not first < newest.first <= first + len(tail):
+            return first, tail, True
+        tail = tail[newest.first - first :]
+        if newest.count > len(tail):  # a writer that had seen more archived it: ours live
+            return newest.first, tail, False
+        return newest.first + newest.count, tail[newest.count :], True
 
     async def _segment(
         self, snapshot: SessionState, item: str, first: int, tail: list[Entry]
