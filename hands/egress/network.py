@@ -67,15 +67,20 @@ def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
     A network is stamped when its creation starts and listed when it ends, so a Hands
     may list only its own network while an older twin is still being set up; the Hands
     that lists both removes this one. The choice is therefore made again until the
-    network chosen is still there, and still the oldest, after it was inspected."""
+    network chosen is still there, and still the oldest, after it was inspected — and,
+    when this call created a network or met twins (Hands are starting together), still
+    so ``_SETTLE_S`` later, when creations begun meanwhile have been listed."""
     with _client(docker_url, api_timeout) as api:
         for attempt in range(_ATTEMPTS):
-            oldest, network = _settle(api, name), None
-            with contextlib.suppress(docker.errors.NotFound):  # another Hands removed it
-                network = oldest and api.inspect_network(oldest["Id"])
-            if oldest and network and _oldest_id(_called(api, name)) == oldest["Id"]:
+            oldest, raced = _settle(api, name)
+            network: dict[str, Any] | None = None
+            if oldest is not None:
+                with contextlib.suppress(docker.errors.NotFound):  # another Hands removed it
+                    network = api.inspect_network(oldest["Id"])
+            stable = network is not None and _oldest_id(_called(api, name)) == network["Id"]
+            if network is not None and stable and not raced:
                 return _described(network)
-            time.sleep(0.05 * (attempt + 1))
+            time.sleep(_SETTLE_S if stable else 0.05 * (attempt + 1))
         raise StoreUnavailable(
             f"egress network {name}: Hands on this engine kept replacing it "
             f"({_ATTEMPTS} attempts); try again"
@@ -83,13 +88,19 @@ def _ensure(docker_url: str, name: str, api_timeout: float) -> EgressNetwork:
 
 
 _ATTEMPTS = 8
+#: how long Hands that raced wait before trusting their choice: longer than a network's
+#: creation takes from its stamp to its listing, even on a loaded engine
+_SETTLE_S = 1.0
 
 
-def _settle(api: Any, name: str) -> dict[str, Any] | None:
-    """The oldest network called ``name`` (created when there is none); the younger
-    ones removed where the engine allows."""
+def _settle(api: Any, name: str) -> tuple[dict[str, Any] | None, bool]:
+    """The oldest network called ``name`` (created when there is none), the younger
+    ones removed where the engine allows; and whether this raced (it created one, or
+    met twins)."""
     called = _called(api, name)
+    raced = len(called) > 1
     if not called:
+        raced = True
         api.create_network(
             name,
             driver="bridge",
@@ -99,7 +110,7 @@ def _settle(api: Any, name: str) -> dict[str, Any] | None:
         )
         called = _called(api, name)
         if not called:
-            return None  # removed at once by a Hands that had listed it as a twin
+            return None, True  # removed at once by a Hands that had listed it as a twin
     oldest, *twins = sorted(called, key=_age)
     for twin in twins:
         try:
@@ -108,7 +119,7 @@ def _settle(api: Any, name: str) -> dict[str, Any] | None:
             pass  # another Hands removed it first
         except docker.errors.APIError as error:
             log.warning("egress network %s: a twin stays: %s", name, error)
-    return oldest
+    return oldest, raced
 
 
 def _oldest_id(called: list[dict[str, Any]]) -> str | None:

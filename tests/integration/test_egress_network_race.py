@@ -106,6 +106,32 @@ async def test_a_network_another_hands_removed_after_it_was_listed_is_looked_for
     _starts_on(engine, network.id)
 
 
+async def test_an_older_twin_listed_only_after_this_hands_chose_its_own_is_taken(
+    engine: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another Hands' network, stamped first, is still being set up while this Hands
+    creates its own, lists it alone and confirms it: the other then removes this one as
+    the younger twin (the clean-clone run: the four Hands came back with two networks,
+    one gone). A Hands that created a network checks again a settling moment later."""
+    import hands.egress.network as egress
+
+    older = _twin(engine, name)  # stamped first, listed only from the fourth listing on
+    listed = egress._called
+    calls = 0
+
+    def late(api: Any, wanted: str) -> list[dict[str, Any]]:
+        nonlocal calls
+        calls += 1
+        found = listed(api, wanted)
+        return [n for n in found if n["Id"] != older] if calls <= 3 else found
+
+    monkeypatch.setattr(egress, "_called", late)
+
+    network = await ensure_egress_network(docker_url=DOCKER, name=name)
+
+    assert network.id == older and _named(engine, name) == [older]
+
+
 async def test_hands_starting_together_each_get_a_network_they_can_use(
     engine: Any, name: str
 ) -> None:
