@@ -8,7 +8,7 @@ consumer needs far less: one blocking ``BLPOP`` at a time for the whole Brain, a
 while a slot is free (a busy Brain leaves wakes to the others); then the job's hash read
 (``HGETALL``), checked exactly as before (``coordination.wakes.refusal``: JSON, the wake
 function, one session id), and deleted with the session's pending marker in one round
-trip. Four commands per wake; one ``BLPOP`` per second when idle, whatever the slots.
+trip. Three commands per wake; one ``BLPOP`` per second when idle, whatever the slots.
 
 What RQ's bookkeeping gave and how it is kept: ``rq info`` still shows the queue and its
 waiting jobs (they are RQ jobs, enqueued by ``RQWakes``), refused jobs and drives that
@@ -157,7 +157,7 @@ class WakeConsumer:
             except (redis.RedisError, OSError) as error:
                 await self._give_back(job_id, error)
                 return
-            if job is None or session_id is None:
+            if job is None or session_id is None:  # refused, or gone under the queue
                 return
             try:
                 await self._drive(session_id)
@@ -198,9 +198,7 @@ class WakeConsumer:
         """The job's session; the job and the session's pending marker deleted now, so
         a wake arriving during the drive queues a new job."""
         session_id = str(job.args[0])
-        async with self._client.pipeline(transaction=False) as pipe:
-            pipe.delete(job.key, pending_key(self._prefix, session_id))
-            await pipe.execute()
+        await self._client.delete(job.key, pending_key(self._prefix, session_id))
         if self._observer is not None and job.enqueued_at is not None:
             waited = datetime.now(UTC) - job.enqueued_at.replace(tzinfo=UTC)
             self._observer.wake_started(waited.total_seconds())

@@ -9,7 +9,7 @@
   (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
   scheduler's timer — turns the due ones into jobs.
 * ``coordination.consumer.WakeConsumer`` takes the jobs inside a Brain: one blocking
-  dequeue for the whole Brain, four commands per wake, instead of RQ's worker and its
+  dequeue for the whole Brain, three commands per wake, instead of RQ's worker and its
   per-job bookkeeping.
 * A wake job is data, never code. Jobs are JSON (RQ's default, pickle, runs whatever a
   job's data or meta names the moment a worker reads it), and the consumer performs only
@@ -136,12 +136,14 @@ class RQWakes:
         if not self._sync.set(marker, reason, nx=True, ex=_PENDING_TTL_S):
             return  # a wake job of this session is already waiting
         queue = self._queues.get(route)
+        if queue is None:
+            queue = self._queues[route] = wake_queue(self.prefix, route, self._sync)
         with self._sync.pipeline(transaction=False) as pipe:
-            if queue is None:  # RQ's list of queues, once per route and process
-                queue = self._queues[route] = wake_queue(self.prefix, route, self._sync)
-                pipe.sadd(queue.redis_queues_keys, queue.key)
-            # An RQ job, saved and pushed in one round trip: RQ's own enqueue adds a
-            # transaction and a second write of the job (6 commands instead of 2)
+            # RQ's list of queues, every time: the backlog of a route nobody serves is
+            # read from it (scaling from zero), and a Redis that lost its data lost it
+            pipe.sadd(queue.redis_queues_keys, queue.key)
+            # An RQ job, saved and pushed in the same round trip: RQ's own enqueue adds
+            # a transaction and a second write of the job (6 commands instead of 3)
             job = queue.create_job(
                 JOB_FUNCTION,
                 args=(session_id,),
