@@ -42,6 +42,8 @@ from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
 
 log = logging.getLogger(__name__)
+#: how soon a failed advertisement is tried again
+_READVERTISE_S = 1.0
 
 
 class BrainService:
@@ -132,7 +134,6 @@ class BrainService:
         """Take wake jobs for ``concurrency`` slots until ``shutdown``."""
         advertising = None
         if self.routes is not None:
-            await self.routes.advertise(self.offers)
             advertising = asyncio.create_task(self._advertise(self.routes))
         beating = asyncio.create_task(self._beat())
         self._consuming = asyncio.create_task(self.consumer.run())
@@ -143,14 +144,20 @@ class BrainService:
             await cancel_and_wait(advertising)
 
     async def _advertise(self, routes: Routes) -> None:
+        """Advertise now and every third of the lifetime; a failed advertisement (Redis
+        away, even at start) is tried again after a second, so the route is back — and
+        the Brain ready — within a second of Redis."""
         while True:
-            await asyncio.sleep(routes.lifetime / 3)
+            renew = routes.lifetime / 3
             try:
                 await routes.advertise(self.offers)
             except StoreUnavailable as error:
                 log.warning("cannot advertise: %s", error.message)
+                renew = min(renew, _READVERTISE_S)
             except Exception:  # one bad advertisement must not stop the advertising
                 log.exception("advertising failed")
+                renew = min(renew, _READVERTISE_S)
+            await asyncio.sleep(renew)
 
     @property
     def beat_interval(self) -> float:

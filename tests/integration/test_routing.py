@@ -150,3 +150,52 @@ async def test_a_brain_advertises_its_route_again_after_redis_comes_back(
             finally:
                 await control.aclose()
     await store.close()
+
+
+async def test_a_brain_started_while_redis_is_away_advertises_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """A Brain's first advertisement failing (Redis away at start, or its connection cut
+    before the reply was read — a clean-clone run cut it as the test shut its gate) ended
+    ``run`` with ``StoreUnavailable``: the Brain took no wake again and was never ready.
+    The first advertisement is one more try of the advertising loop."""
+    url = require("BH_REDIS_URL", "Redis")
+    redis = urlsplit(url)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    registry = Registry()
+    registry.add(kind("echo", {"start": _answer}))
+    async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
+        gated = url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
+        gate.shut()
+        client = redis_client.connect(gated)
+        routes = Routes(client, prefix=prefix, lifetime=3.0)
+        wakes = RQWakes(gated, prefix=prefix, router=SessionRouter(store, routes))
+        runner = Kernel(store, registry, LocalDispatcher(), SessionClient(store)).runner("b")
+        service = BrainService(
+            runner=runner,
+            leases=RedisLeases(client, prefix=prefix),
+            wakes=wakes,
+            redis_url=gated,
+            concurrency=1,
+            lease_ttl=timedelta(seconds=2),
+            routes=routes,
+        )
+        running = asyncio.create_task(service.run())
+        try:
+            await asyncio.sleep(1.5)
+            assert not running.done(), running.exception()
+            gate.open()
+            control = redis_client.connect(url)
+            try:
+                watched = Routes(control, prefix=prefix)
+                await assert_eventually(lambda: _advertised(watched, service.route), within=10)
+                await service.holds_its_route()
+            finally:
+                await control.aclose()
+        finally:
+            await service.shutdown()
+            await running
+            wakes.close()
+            await client.aclose()
+    await store.close()
