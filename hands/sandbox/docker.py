@@ -29,7 +29,8 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
@@ -94,6 +95,9 @@ _STATES = {
     "dead": RunState.EXITED,
 }
 _SIGNALLED = (128 + 9, 128 + 15)
+#: one engine ``wait`` call's bound (repeated until the exit): how long a cancelled
+#: waiter's thread may linger
+_WAIT_CALL_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,9 +143,7 @@ class _Follower:
     def _run(self) -> None:
         error: BaseException | None = None
         try:
-            stream = self._api.logs(
-                self._id, stdout=not self._err, stderr=self._err, stream=True, follow=True
-            )
+            stream = _logs(self._api, self._id, err=self._err, follow=True)
             with self._lock:
                 self._stream = stream
                 if self._cancelled:
@@ -170,6 +172,55 @@ class _Follower:
             stream, self._stream = self._stream, None
         if stream is not None:
             _close_stream(stream)
+
+
+class _Waiter:
+    """Waits for a container's exit with the engine's ``wait`` in a thread of its own
+    (it blocks for the whole run), each call bounded by ``_WAIT_CALL_S`` and repeated
+    until the exit or ``cancel``. ``done`` ends at the exit, or with ``NotFound`` when
+    the container was removed, or with the engine's error. The thread owns ``api``
+    and closes it."""
+
+    def __init__(self, api: Any, container_id: str) -> None:
+        self._api, self._id = api, container_id
+        self._cancelled = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        threading.Thread(target=self._run, name=f"bh-wait-{container_id[:12]}", daemon=True).start()
+
+    def _run(self) -> None:
+        error: BaseException | None = None
+        try:
+            while not self._cancelled.is_set():
+                began = time.monotonic()
+                try:
+                    self._api.wait(self._id, timeout=_WAIT_CALL_S)
+                    break
+                except requests.exceptions.RequestException:
+                    if time.monotonic() - began < _WAIT_CALL_S:
+                        raise  # not the call's own bound: the engine is not answering
+        except BaseException as failure:  # reported to the loop, translated there
+            error = failure
+        finally:
+            with contextlib.suppress(Exception):
+                self._api.close()
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                self._loop.call_soon_threadsafe(self._settle, error)
+
+    def _settle(self, error: BaseException | None) -> None:
+        if self.done.done():
+            return
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(_translated(error, "the engine's wait"))
+
+    def cancel(self) -> None:
+        """Stop waiting once the call in flight returns (a container that has already
+        exited, as when this is called after ``done``, returns at once)."""
+        self._cancelled.set()
+        if not self.done.done():
+            self.done.cancel()
 
 
 @dataclass(slots=True)
@@ -227,30 +278,40 @@ class DockerSandbox:
     # -- run -------------------------------------------------------------------------------
 
     async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
-        """``log``: the run's stderr is fed to it while the run lasts (previews)."""
+        """``log``: the run's stderr is fed to it while the run lasts (previews).
+
+        A fresh run is created first: a name already taken is what sends it to
+        reconnect (inspect, check the labels, start/wait/collect what is there). So a
+        cold run asks the engine to create, start and wait, then reads the final state
+        and the two logs at once — no inspect before or between."""
         arguments = _arguments(spec)
         name = self._name(spec.operation_id, spec.mode)
         if self._cpus is None:
             await self.check()
-        found = await self._inspect(name)
-        reconnected = found is not None
-        if found is None and spec.collect_only:
-            return _absent(name)
-        if found is None:
+        if not spec.collect_only:
             try:
-                await self._create(spec, name, arguments)
+                created = await self._create(spec, name, arguments)
             except ConflictError:
-                reconnected = True  # another executor created it just now
+                pass  # the name is taken: this run exists (another executor's, or ours)
             except (InvalidInput, StoreUnavailable) as error:
                 return _refused(name, "the engine refused to create it", error)
-            found = await self._inspect(name)
-            if found is None:
-                return _gone(name, reconnected)
+            else:
+                return await self._guarded(name, False, self._fresh(spec, name, created, log))
+        found = await self._inspect(name)
+        if found is None:
+            return _absent(name) if spec.collect_only else _gone(name, True)
         refusal = self._not_ours(found, spec)
         if refusal is not None:
             return refusal
+        return await self._guarded(name, True, self._follow(spec, found, log))
+
+    async def _guarded(
+        self, name: str, reconnected: bool, work: Coroutine[Any, Any, RunOutcome]
+    ) -> RunOutcome:
+        """``work``'s outcome; a container removed meanwhile (killed: the run was
+        cancelled) is told as gone."""
         try:
-            return await self._follow(spec, found, reconnected, log)
+            return await work
         except NotFound:
             return _gone(name, reconnected)
         except ConflictError:
@@ -259,29 +320,50 @@ class DockerSandbox:
                 return _gone(name, reconnected)
             raise
 
-    async def _follow(
-        self, spec: RunSpec, container: dict[str, Any], reconnected: bool, log: Capture | None
+    async def _fresh(
+        self, spec: RunSpec, name: str, container_id: str, log: Capture | None
     ) -> RunOutcome:
-        """Start a container that never ran, wait for a running one, collect it."""
-        if _started(container) is None:
+        """Start the container just created, wait for its end, collect it."""
+        try:
+            await self._call(self._api.start, container_id)
+        except (InvalidInput, StoreUnavailable) as error:
+            return _refused(name, "the engine refused to start it", error)
+        # the timeout counts from the end of the start call: never before the
+        # container's own start (which the engine stamps inside that call)
+        deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
+        watch = await self._watch(spec, container_id, deadline, log)
+        return await self._outcome(spec, container_id, watch, reconnected=False)
+
+    async def _follow(
+        self, spec: RunSpec, container: dict[str, Any], log: Capture | None
+    ) -> RunOutcome:
+        """Reconnect: start a container that never ran, wait for a running one (its
+        timeout counted from its own start), collect an exited one."""
+        started = _started(container)
+        if started is None:
             try:
                 await self._call(self._api.start, container["Id"])
             except (InvalidInput, StoreUnavailable) as error:
                 return _refused(container["Name"], "the engine refused to start it", error)
-            container = await self._inspect_id(container["Id"])
-        running = container["State"].get("Running")
-        watch = await self._watch(spec, container, log) if running else None
-        final = await self._inspect_id(container["Id"])
-        return await self._outcome(spec, final, watch, reconnected)
+            started = datetime.now(UTC)
+            running = True
+        else:
+            running = bool(container["State"].get("Running"))
+        watch = None
+        if running:
+            deadline = started + timedelta(seconds=spec.tool.timeout_s)
+            watch = await self._watch(spec, container["Id"], deadline, log)
+        return await self._outcome(spec, container["Id"], watch, reconnected=True)
 
-    async def _create(self, spec: RunSpec, name: str, arguments: str) -> None:
+    async def _create(self, spec: RunSpec, name: str, arguments: str) -> str:
+        """Create the run's container; its id. ``ConflictError``: the name is taken."""
         tool = spec.tool
         command = tool.query if spec.mode is DispatchMode.QUERY else tool.command
         if spec.mode is DispatchMode.QUERY and command is None:
             raise InvalidInput(f"tool {tool.ref} has no query command")
         image = tool.image_id or tool.image
         try:
-            await self._call(
+            created = await self._call(
                 self._api.create_container,
                 image,
                 command=list(command) if command is not None else None,
@@ -294,6 +376,7 @@ class DockerSandbox:
                 stop_timeout=max(1, round(self.config.kill_grace.total_seconds())),
                 use_config_proxy=False,
             )
+            return str(created["Id"])
         except NotFound as error:
             raise NotFound(
                 f"image {tool.image} ({image}) of tool {tool.ref} is not on the docker engine "
@@ -409,56 +492,57 @@ class DockerSandbox:
     # -- waiting ---------------------------------------------------------------------------
 
     async def _watch(
-        self, spec: RunSpec, container: dict[str, Any], log: Capture | None = None
+        self, spec: RunSpec, container_id: str, deadline: datetime, log: Capture | None = None
     ) -> _Watch:
-        """Follow a running container to its end, enforcing the output cap and the
-        wall-clock timeout counted from its own start; its stderr goes to ``log``."""
+        """Wait for a running container's end with the engine's own wait, enforcing the
+        output cap (its stdout is followed and counted meanwhile) and the wall-clock
+        ``deadline``; its stderr goes to ``log``. The follow is never waited for: the
+        outcome reads the stopped container's log once."""
         watch = _Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
-        follower = _Follower(self._api, container["Id"], watch.capture)
+        exit_ = _Waiter(self._client(pool=1), container_id)
+        follower = _Follower(self._api, container_id, watch.capture)
         # the log preview follows on a client of its own: closing its stream can never
         # touch a connection the run's own calls share
         own = None if log is None else self._client(pool=1)
-        logs = (
-            None if own is None or log is None else _Follower(own, container["Id"], log, err=True)
-        )
-        started = _started(container) or datetime.now(UTC)
-        deadline = started + timedelta(seconds=spec.tool.timeout_s)
+        logs = None if own is None or log is None else _Follower(own, container_id, log, err=True)
         try:
-            await asyncio.wait_for(asyncio.shield(follower.done), _left(deadline))
-        except TimeoutError:
-            watch.timed_out = True
-        except Exception as error:  # the follow broke: the exit is still waited for
-            watch.notes.append(f"log follow failed: {error!r}")
+            watching: set[asyncio.Future[None]] = {exit_.done, follower.done}
+            while not exit_.done.done():
+                ended, _ = await asyncio.wait(
+                    watching, timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not ended:
+                    watch.timed_out = True
+                    break
+                if follower.done in ended:
+                    watching.discard(follower.done)
+                    if watch.capture.over:
+                        watch.over_limit = True
+                        break
+                    if follower.done.exception() is not None:
+                        watch.notes.append(f"log follow failed: {follower.done.exception()!r}")
+            if watch.over_limit:
+                with contextlib.suppress(ConflictError, NotFound):
+                    await self._call(self._api.kill, container_id)
+            elif watch.timed_out:
+                with contextlib.suppress(NotFound):
+                    await self._call(self._api.stop, container_id, timeout=self._grace())
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(exit_.done), self.config.api_timeout.total_seconds()
+                )
+            except TimeoutError:
+                raise StoreUnavailable(f"container {container_id[:12]} does not stop") from None
+            watch.over_limit = watch.over_limit or watch.capture.over
         finally:
-            if not follower.done.done():
-                follower.cancel(by_caller=True)
+            exit_.cancel()
+            follower.cancel(by_caller=True)
             if logs is not None:
                 logs.cancel(by_caller=True)
             if own is not None:
                 with contextlib.suppress(Exception):
                     own.close()
-        watch.over_limit = watch.capture.over
-        if watch.over_limit:
-            with contextlib.suppress(ConflictError, NotFound):
-                await self._call(self._api.kill, container["Id"])
-        elif not watch.timed_out:
-            watch.timed_out = not await self._exited(container["Id"], deadline)
-        if watch.timed_out and not watch.over_limit:
-            with contextlib.suppress(NotFound):
-                await self._call(self._api.stop, container["Id"], timeout=self._grace())
-        if not await self._exited(container["Id"], datetime.now(UTC) + self.config.api_timeout):
-            raise StoreUnavailable(f"container {container['Id'][:12]} does not stop")
         return watch
-
-    async def _exited(self, container_id: str, deadline: datetime) -> bool:
-        """Whether the container stops before ``deadline`` (polled, backing off)."""
-        delay = 0.05
-        while (await self._inspect_id(container_id))["State"].get("Running"):
-            if _left(deadline) <= 0:
-                return False
-            await asyncio.sleep(min(delay, _left(deadline)))
-            delay = min(delay * 2, 1.0)
-        return True
 
     def _grace(self) -> int:
         return max(0, round(self.config.kill_grace.total_seconds()))
@@ -466,16 +550,33 @@ class DockerSandbox:
     # -- collecting ------------------------------------------------------------------------
 
     async def _outcome(
-        self, spec: RunSpec, container: dict[str, Any], watch: _Watch | None, reconnected: bool
+        self, spec: RunSpec, container_id: str, watch: _Watch | None, *, reconnected: bool
     ) -> RunOutcome:
-        state, limits = container["State"], spec.tool.limits
-        tail = self.config.log_tail_bytes
-        started, finished = _started(container), _time(state.get("FinishedAt"))
-        exit_code = int(state.get("ExitCode", -1))
+        limits, tail = spec.tool.limits, self.config.log_tail_bytes
         # Judged on what the engine's log holds once the container has stopped (the
         # engine flushes it before it reports the exit): a live follow can end before
-        # the last bytes arrive, and the outcome must not depend on when it did.
-        stdout = await self._read_log(container["Id"], Capture(limits.output_bytes, tail))
+        # the last bytes arrive, and the outcome must not depend on when it did. The
+        # final state and both logs are asked for at once.
+        reading = asyncio.gather(
+            self._inspect_id(container_id),
+            self._read_log(container_id, Capture(limits.output_bytes, tail)),
+            self._read_log(container_id, Capture(0, tail, spool=False), err=True),
+            return_exceptions=True,
+        )
+        container, stdout, stderr = await reading
+        failure = next(
+            (part for part in (container, stdout, stderr) if isinstance(part, BaseException)), None
+        )
+        if failure is not None:
+            for part in (stdout, stderr):
+                if isinstance(part, Capture):
+                    part.close()
+            raise failure
+        assert isinstance(container, dict)
+        assert isinstance(stdout, Capture) and isinstance(stderr, Capture)
+        state = container["State"]
+        started, finished = _started(container), _time(state.get("FinishedAt"))
+        exit_code = int(state.get("ExitCode", -1))
         try:
             if watch is None:  # collected: what the log kept tells how it went
                 watch = _Watch(stdout)
@@ -489,7 +590,6 @@ class DockerSandbox:
             stdout_tail = stdout.tail_text()
         finally:
             stdout.close()
-        stderr = await self._read_log(container["Id"], Capture(0, tail, spool=False), err=True)
         oom = bool(state.get("OOMKilled"))
         termination = _termination(
             over_limit=watch.over_limit,
@@ -529,7 +629,7 @@ class DockerSandbox:
         (stops once past its limit)."""
 
         def read() -> None:
-            chunks = self._api.logs(container_id, stdout=not err, stderr=err, stream=True)
+            chunks = _logs(self._api, container_id, err=err)
             try:
                 for chunk in chunks:
                     if not capture.feed(chunk) and capture.file is not None:
@@ -650,20 +750,25 @@ class DockerSandbox:
         """One blocking engine call in a worker thread, its errors translated."""
         try:
             return await asyncio.to_thread(method, *args, **kwargs)
-        except docker.errors.NotFound as error:
-            raise NotFound(str(error.explanation or error)) from error
-        except docker.errors.APIError as error:
-            status = error.status_code or 500
-            message = f"docker engine: {error.explanation or error}"
-            if status == 409:
-                raise ConflictError(message) from error
-            if status >= 500:
-                raise StoreUnavailable(message, status=status) from error
-            raise InvalidInput(message, status=status) from error
         except (requests.exceptions.RequestException, docker.errors.DockerException) as error:
-            raise StoreUnavailable(
-                f"docker engine at {self.config.docker_url} unreachable: {error}"
-            ) from error
+            raise _translated(error, f"docker engine at {self.config.docker_url}") from error
+
+
+def _translated(error: BaseException, engine: str) -> BaseException:
+    """Docker's and requests' errors as this package's (others pass through)."""
+    if isinstance(error, docker.errors.NotFound):
+        return NotFound(str(error.explanation or error))
+    if isinstance(error, docker.errors.APIError):
+        status = error.status_code or 500
+        message = f"docker engine: {error.explanation or error}"
+        if status == 409:
+            return ConflictError(message)
+        if status >= 500:
+            return StoreUnavailable(message, status=status)
+        return InvalidInput(message, status=status)
+    if isinstance(error, requests.exceptions.RequestException | docker.errors.DockerException):
+        return StoreUnavailable(f"{engine} unreachable: {error}")
+    return error
 
 
 def _arguments(spec: RunSpec) -> str:
@@ -684,6 +789,20 @@ def shared_memory_bytes(scratch_bytes: int) -> int:
     8 MiB); ``/tmp`` gets the rest, so the two writable places together hold at most
     ``scratch_bytes``."""
     return min(scratch_bytes // 8, 8 * 2**20)
+
+
+def _logs(api: Any, container_id: str, *, err: bool, follow: bool = False) -> Any:
+    """The container's stdout (``err``: stderr) log as a stream of raw chunks.
+
+    ``APIClient.logs`` first inspects the container to learn whether it has a TTY —
+    one more engine round trip per call, and a run reads two logs and follows one. Ours
+    never have one, so the log is read as the multiplexed stream it is (docker-py 7.1's
+    own helpers, pinned)."""
+    params = {"stdout": not err, "stderr": err, "follow": follow, "timestamps": False}
+    response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
+    return docker.types.daemon.CancellableStream(
+        api._get_result_tty(True, response, False), response
+    )
 
 
 def _close_stream(stream: Any) -> None:

@@ -103,6 +103,44 @@ async def test_a_run_exits_with_its_output(sandbox: DockerSandbox, base_image: s
     assert outcome.started_at is not None and outcome.finished_at is not None
 
 
+async def test_a_cold_run_asks_the_engine_little_around_create_and_start(
+    sandbox: DockerSandbox, base_image: str
+) -> None:
+    """The Hands' own time around the engine (issue 17): a cold run creates (a taken
+    name is what sends it to reconnect), starts, waits for the exit with the engine's
+    own wait, and then reads the final state once, beside its two logs. It used to
+    inspect before and after create, after start, and then poll until the exit (five
+    inspects or more, 2-3 ms each, plus the tail of a follow it then read again)."""
+    calls: dict[str, int] = {}
+    api = sandbox._api
+    for method in ("inspect_container", "wait", "logs", "create_container", "start"):
+        calls[method] = 0
+        setattr(api, method, _counting(calls, method, getattr(api, method)))
+    sandbox._client = lambda *, pool: _counted_client(calls, sandbox.config.docker_url, pool)  # type: ignore[method-assign]
+    outcome = await sandbox.run(spec_of(python_tool(base_image, ECHO), {"n": 1}))
+
+    assert outcome.termination is Termination.EXITED and outcome.output == {"n": 1}
+    assert calls["create_container"] == calls["start"] == 1
+    assert calls["inspect_container"] == 1, calls
+    assert calls["wait"] == 1, calls
+
+
+def _counting(calls: dict[str, int], name: str, real: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return real(*args, **kwargs)
+
+    return counted
+
+
+def _counted_client(calls: dict[str, int], url: str, pool: int) -> Any:
+    """A client of its own (the waiter's, the log preview's), its calls counted too."""
+    client = docker.APIClient(base_url=url, version="1.41", max_pool_size=pool)
+    for method in ("inspect_container", "wait", "logs"):
+        setattr(client, method, _counting(calls, method, getattr(client, method)))
+    return client
+
+
 async def test_a_non_zero_exit_keeps_its_json_output(
     sandbox: DockerSandbox, base_image: str
 ) -> None:
