@@ -34,6 +34,8 @@ LABEL_MODE = "io.brainhands.mode"
 LABEL_OWNER = "io.brainhands.owner"
 LABEL_TOOL = "io.brainhands.tool"
 LABEL_DEADLINE = "io.brainhands.deadline"
+#: on a warm container: the pool it was made for (its operation is its name, once bound)
+LABEL_POOL = "io.brainhands.pool"
 
 
 def container_name(

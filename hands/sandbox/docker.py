@@ -28,9 +28,10 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
@@ -51,13 +52,14 @@ from contracts import (
     PayloadTooLarge,
     StoreUnavailable,
 )
-from contracts.tool import MAX_ARGUMENT_BYTES, DispatchMode, Termination
+from contracts.tool import MAX_ARGUMENT_BYTES, DispatchMode, Termination, ToolDefinition
 from hands.egress.route import EgressRoute
 from hands.sandbox import (
     LABEL_DEADLINE,
     LABEL_MODE,
     LABEL_OPERATION,
     LABEL_OWNER,
+    LABEL_POOL,
     LABEL_SESSION,
     LABEL_TOOL,
     NAMESPACE,
@@ -67,7 +69,11 @@ from hands.sandbox import (
     RunState,
     container_name,
 )
+from hands.sandbox.attachment import Attachment
+from hands.sandbox.bootstrap import CUT_SHORT, command_of
 from hands.sandbox.output import Capture, judge
+from hands.sandbox.pool import WarmContainer, WarmPool, pool_key
+from hands.sandbox.trailer import Trailer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,6 +101,15 @@ _STATES = {
     "dead": RunState.EXITED,
 }
 _SIGNALLED = (128 + 9, 128 + 15)
+#: operation ids that name their container as they are (no hash): only those run warm,
+#: since a bound warm container's operation is read back from its name
+_DOCKER_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: all a warm container that never got its job can have written to stderr
+_UNBOUND_STDERR = ("", CUT_SHORT + "\n")
+#: how often exited unbound warm containers are looked for
+_SWEEP_S = 60.0
+#: how long removing a container waits for a teardown still under way
+_TEARDOWN_S = 5.0
 #: one engine ``wait`` call's bound (repeated until the exit): how long a cancelled
 #: waiter's thread may linger
 _WAIT_CALL_S = 30.0
@@ -113,6 +128,14 @@ class DockerSandboxConfig:
     #: how egress-allowed tools reach the proxy; None: such tools are refused
     egress: EgressRoute | None = None
     api_timeout: timedelta = timedelta(seconds=120)
+    #: warm containers per tool name (``*``: every tool); empty: every run starts cold
+    warm: Mapping[str, int] = field(default_factory=dict)
+    #: at most this many warm containers in all (the Hands set their concurrency)
+    warm_limit: int = 4
+    #: ... and at most this much memory (the sum of their memory limits)
+    warm_memory_bytes: int = 512 * 2**20
+    #: a warm container nobody binds exits after this long (and is replaced when used)
+    warm_idle: timedelta = timedelta(minutes=10)
 
     def __post_init__(self) -> None:
         if not NAMESPACE.fullmatch(self.owner):
@@ -243,6 +266,18 @@ class DockerSandbox:
         self._cpus: float | None = None
         #: the ``VOLUME`` paths of images pinned by id (immutable: asked once per image)
         self._declared: dict[str, list[str]] = {}
+        #: whether an image pinned by id declares an ``ENTRYPOINT`` (then no warm runs)
+        self._entrypoint: dict[str, bool] = {}
+        config = self.config
+        self.pool = WarmPool(
+            config.warm,
+            limit=config.warm_limit,
+            memory_bytes=config.warm_memory_bytes,
+            idle_s=config.warm_idle.total_seconds(),
+        )
+        self._filling: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._swept = -_SWEEP_S
 
     def _client(self, *, pool: int) -> Any:
         return docker.APIClient(
@@ -273,6 +308,13 @@ class DockerSandbox:
         await self.close()
 
     async def close(self) -> None:
+        """Stop filling the pool and remove its warm containers (unbound: nothing of an
+        operation is lost), then close the engine client."""
+        for task in list(self._filling.values()):
+            task.cancel()
+        await asyncio.gather(*self._filling.values(), return_exceptions=True)
+        for container in self.pool.drain():
+            await self._discard(container)
         await asyncio.to_thread(self._api.close)
 
     # -- run -------------------------------------------------------------------------------
@@ -288,7 +330,15 @@ class DockerSandbox:
         name = self._name(spec.operation_id, spec.mode)
         if self._cpus is None:
             await self.check()
+        taken = False  # the name is another container's: reconnect to it
         if not spec.collect_only:
+            warm = await self._take_warm(spec)
+            bound = warm is not None and await self._bind(warm, name)
+            if warm is not None and bound == "bound":
+                work = self._warm(spec, name, warm.id, arguments, log)
+                return await self._guarded(name, False, work)
+            taken = bound == "taken"
+        if not spec.collect_only and not taken:
             try:
                 created = await self._create(spec, name, arguments)
             except ConflictError:
@@ -320,6 +370,270 @@ class DockerSandbox:
                 return _gone(name, reconnected)
             raise
 
+    # -- warm runs -------------------------------------------------------------------------
+
+    async def _take_warm(self, spec: RunSpec) -> WarmContainer | None:
+        """A warm container for this run (None: start cold), and the pool refilled."""
+        if not await self._warmable(spec):
+            return None
+        key = pool_key(spec.tool)
+        warm, stale = self.pool.take(key)
+        for container in stale:
+            self._spawn(self._discard(container))
+        self._refill(spec.tool, key)
+        return warm
+
+    async def _warmable(self, spec: RunSpec) -> bool:
+        tool = spec.tool
+        if spec.mode is not DispatchMode.RUN or tool.command is None:
+            return False
+        if self.pool.size_for(tool) == 0 or not _DOCKER_SAFE_ID.fullmatch(spec.operation_id):
+            return False
+        if tool.network.allow and self.config.egress is None:
+            return False  # refused on the cold path, with the reason
+        image = tool.image_id or tool.image
+        if image not in self._entrypoint:
+            await self._volumes(image)
+        return self._entrypoint.get(image) is False
+
+    async def _bind(self, warm: WarmContainer, name: str) -> str:
+        """Bind a warm container to the run by giving it the run's name: ``bound``;
+        ``taken`` when another container holds the name (the warm one goes back to the
+        pool); ``gone`` when the warm one is no more (the run starts cold)."""
+        try:
+            await self._call(self._api.rename, warm.id, name)
+        except ConflictError:
+            self.pool.give_back(warm)
+            return "taken"
+        except NotFound:
+            return "gone"
+        except (InvalidInput, StoreUnavailable):
+            # renamed or not, nobody can tell: a reconnect finds it under either name,
+            # and a bound one that never got its job is told as never run
+            self._spawn(self._discard(warm))
+            raise
+        return "bound"
+
+    async def _warm(
+        self,
+        spec: RunSpec,
+        name: str,
+        container_id: str,
+        arguments: str,
+        log: Capture | None,
+        *,
+        reconnected: bool = False,
+    ) -> RunOutcome:
+        """Deliver the bound container its job and read the run to its trailers; what
+        ended otherwise (killed, timed out, over the cap, exec'd) the engine tells."""
+        nonce = secrets.token_hex(16)
+        environment = self._environment(spec, arguments)
+        job = json.dumps(
+            {"operation": spec.operation_id, "nonce": nonce, "environment": environment}
+        )
+        limits, tail = spec.tool.limits, self.config.log_tail_bytes
+        stdout = Capture(limits.output_bytes, tail)
+        stderr = Capture(0, tail, spool=False)
+        attachment = Attachment(
+            self._client(pool=1),
+            container_id,
+            job.encode(),
+            nonce=nonce,
+            stdout=stdout,
+            stderr=stderr,
+            log=log,
+        )
+        deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
+        watch = _Watch(stdout)
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(attachment.done), _left(deadline))
+            except TimeoutError:
+                watch.timed_out = True
+            except Exception as error:  # the attach broke: the engine tells the end
+                watch.notes.append(f"attach failed: {error!r}")
+            finally:
+                attachment.cancel(by_caller=True)
+            code = attachment.code
+            if code is not None and not attachment.over:
+                return await self._warm_outcome(
+                    spec, name, attachment, stdout, stderr, code, reconnected=reconnected
+                )
+            watch.over_limit = attachment.over
+        except BaseException:
+            stdout.close()
+            raise
+        stdout.close()
+        bound_at = attachment.stderr.bound_at
+        return await self._ended_by_engine(
+            spec, container_id, watch, deadline, log, bound_at=bound_at, reconnected=reconnected
+        )
+
+    async def _warm_outcome(
+        self,
+        spec: RunSpec,
+        name: str,
+        attachment: Attachment,
+        stdout: Capture,
+        stderr: Capture,
+        code: int,
+        *,
+        reconnected: bool,
+    ) -> RunOutcome:
+        """The outcome of a warm run whose trailers arrived: the tool's interpreter
+        exited with ``code`` and every byte it wrote was read."""
+        try:
+            output, problem = await asyncio.to_thread(judge, stdout)
+            stdout_tail = stdout.tail_text()
+        finally:
+            stdout.close()
+        invalid = code == 0 and problem is not None
+        termination = Termination.INVALID_OUTPUT if invalid else Termination.EXITED
+        detail = (
+            f"exit 0 but stdout is not one JSON document ({problem})"
+            if invalid
+            else f"exit code {code}"
+        )
+        return RunOutcome(
+            termination=termination,
+            exit_code=code,
+            output=output,
+            log_tail=stderr.tail_text(),
+            stdout_tail=stdout_tail,
+            container=name,
+            reconnected=reconnected,
+            started_at=attachment.stderr.bound_at,
+            finished_at=datetime.now(UTC),
+            detail=detail,
+        )
+
+    async def _ended_by_engine(
+        self,
+        spec: RunSpec,
+        container_id: str,
+        watch: _Watch,
+        deadline: datetime,
+        log: Capture | None,
+        *,
+        bound_at: datetime | None,
+        reconnected: bool,
+    ) -> RunOutcome:
+        """A warm run whose end its streams did not tell: stopped when over its cap or
+        time, then waited for and collected from the engine like a cold one."""
+        if watch.over_limit or watch.timed_out:
+            with contextlib.suppress(ConflictError, NotFound):
+                if watch.over_limit:
+                    await self._call(self._api.kill, container_id)
+                else:
+                    await self._call(self._api.stop, container_id, timeout=self._grace())
+            await self._stopped(container_id)
+        else:  # the streams ended early, or the attach broke: watched as a cold one is
+            ended = await self._watch(spec, container_id, deadline, log)
+            ended.notes[:0] = watch.notes
+            watch = ended
+        return await self._outcome(
+            spec, container_id, watch, reconnected=reconnected, warm=True, bound_at=bound_at
+        )
+
+    async def _stopped(self, container_id: str, *, within: float | None = None) -> None:
+        """Wait (the engine's wait) until the container has stopped (``within``
+        seconds, by default the engine call's timeout; ``StoreUnavailable`` after)."""
+        waiter = _Waiter(self._client(pool=1), container_id)
+        try:
+            bound = self.config.api_timeout.total_seconds() if within is None else within
+            await asyncio.wait_for(asyncio.shield(waiter.done), bound)
+        except TimeoutError:
+            raise StoreUnavailable(f"container {container_id[:12]} does not stop") from None
+        finally:
+            waiter.cancel()
+
+    def _refill(self, tool: ToolDefinition, key: str) -> None:
+        if key not in self._filling and self.pool.wants(key, tool):
+            self._filling[key] = asyncio.create_task(self._fill(tool, key))
+
+    async def _fill(self, tool: ToolDefinition, key: str) -> None:
+        """Make warm containers of ``tool`` until its pool is full (off any run's path);
+        one the engine refuses stops the filling until the next run."""
+        try:
+            await self._sweep()
+            while self.pool.wants(key, tool):
+                self.pool.making(key, 1)
+                try:
+                    self.pool.add(await self._make_warm(tool, key))
+                finally:
+                    self.pool.making(key, -1)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("cannot make a warm container of %s: %s", tool.ref, error)
+        finally:
+            self._filling.pop(key, None)
+
+    async def _sweep(self) -> None:
+        """Remove warm containers of this deployment that exited unbound (their idle
+        limit passed, or their Hands died); at most once a minute."""
+        if time.monotonic() - self._swept < _SWEEP_S:
+            return
+        self._swept = time.monotonic()
+        labels = [f"{LABEL_OWNER}={self.config.owner}", LABEL_POOL]
+        filters = {"label": labels, "status": "exited"}
+        rows = await self._call(self._api.containers, all=True, filters=filters)
+        unbound = f"/bh-{self.config.owner}.warm."
+        for row in rows:
+            if any(name.startswith(unbound) for name in row.get("Names") or ()):
+                with contextlib.suppress(BrainhandsError):
+                    await self._call(self._api.remove_container, row["Id"], force=True, v=True)
+
+    async def _make_warm(self, tool: ToolDefinition, key: str) -> WarmContainer:
+        assert tool.command is not None
+        image = tool.image_id or tool.image
+        name = f"bh-{self.config.owner}.warm.{secrets.token_hex(6)}"
+        environment = {
+            **tool.config,
+            "BH_WARM_IDLE_S": str(self.config.warm_idle.total_seconds()),
+        }
+        labels = {
+            LABEL_OWNER: self.config.owner,
+            LABEL_TOOL: tool.ref,
+            LABEL_MODE: DispatchMode.RUN.value,
+            LABEL_POOL: key,
+        }
+        created = await self._call(
+            self._api.create_container,
+            image,
+            command=command_of(tuple(tool.command)),
+            name=name,
+            user=SANDBOX_USER,
+            environment=environment,
+            labels=labels,
+            host_config=self._host_config(tool, await self._volumes(image)),
+            stdin_open=True,  # and StdinOnce: closed when the binding Hands closes its side
+            stop_signal="SIGTERM",
+            stop_timeout=max(1, round(self.config.kill_grace.total_seconds())),
+            use_config_proxy=False,
+        )
+        container = WarmContainer(
+            id=str(created["Id"]), name=name, key=key, memory=tool.limits.memory_bytes
+        )
+        try:
+            await self._call(self._api.start, container.id)
+        except BaseException:
+            await self._discard(container)
+            raise
+        return container
+
+    async def _discard(self, container: WarmContainer) -> None:
+        """Remove an unbound warm container (it never held an operation)."""
+        with contextlib.suppress(BrainhandsError):
+            await self._call(self._api.remove_container, container.id, force=True, v=True)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- cold runs -------------------------------------------------------------------------
+
     async def _fresh(
         self, spec: RunSpec, name: str, container_id: str, log: Capture | None
     ) -> RunOutcome:
@@ -340,6 +654,8 @@ class DockerSandbox:
         """Reconnect: start a container that never ran, wait for a running one (its
         timeout counted from its own start), collect an exited one."""
         started = _started(container)
+        if LABEL_POOL in (container["Config"].get("Labels") or {}):
+            return await self._rejoin_warm(spec, container, log)
         if started is None:
             try:
                 await self._call(self._api.start, container["Id"])
@@ -354,6 +670,29 @@ class DockerSandbox:
             deadline = started + timedelta(seconds=spec.tool.timeout_s)
             watch = await self._watch(spec, container["Id"], deadline, log)
         return await self._outcome(spec, container["Id"], watch, reconnected=True)
+
+    async def _rejoin_warm(
+        self, spec: RunSpec, container: dict[str, Any], log: Capture | None
+    ) -> RunOutcome:
+        """Reconnect to a warm container bound to this run by an executor that died.
+        Its stderr's bound mark says the job arrived (the timeout counts from then). A
+        running one without it waits for a job nobody will write: it is stopped, and
+        if the mark is still missing once it has, the tool never started."""
+        container_id = container["Id"]
+        if container["State"].get("Running"):
+            head = Trailer(lambda _: None, nonce=None, bound=True)
+            await self._read_log(container_id, Capture(0, 0, spool=False), err=True, into=head)
+            if head.bound_at is None:
+                # As far as its log tells, it never got its job: it gets it now. A job
+                # that did arrive closed its stdin behind it (``StdinOnce``), and what is
+                # written to a closed stdin reaches nobody: the tool runs once either way.
+                name = container["Name"].lstrip("/")
+                arguments = _arguments(spec)
+                return await self._warm(spec, name, container_id, arguments, log, reconnected=True)
+            deadline = head.bound_at + timedelta(seconds=spec.tool.timeout_s)
+            watch = await self._watch(spec, container_id, deadline, log)
+            return await self._outcome(spec, container_id, watch, reconnected=True, warm=True)
+        return await self._outcome(spec, container_id, None, reconnected=True, warm=True)
 
     async def _create(self, spec: RunSpec, name: str, arguments: str) -> str:
         """Create the run's container; its id. ``ConflictError``: the name is taken."""
@@ -371,7 +710,7 @@ class DockerSandbox:
                 user=SANDBOX_USER,
                 environment=self._environment(spec, arguments),
                 labels=self._labels(spec),
-                host_config=self._host_config(spec, await self._volumes(image)),
+                host_config=self._host_config(spec.tool, await self._volumes(image)),
                 stop_signal="SIGTERM",
                 stop_timeout=max(1, round(self.config.kill_grace.total_seconds())),
                 use_config_proxy=False,
@@ -422,13 +761,15 @@ class DockerSandbox:
             found = await self._call(self._api.inspect_image, image)
         except NotFound:
             return []  # create reports the missing image
-        volumes = sorted((found.get("Config") or {}).get("Volumes") or {})
+        config = found.get("Config") or {}
+        volumes = sorted(config.get("Volumes") or {})
         if image.startswith("sha256:"):
             self._declared[image] = volumes
+            self._entrypoint[image] = bool(config.get("Entrypoint"))
         return volumes
 
-    def _host_config(self, spec: RunSpec, volumes: list[str]) -> Any:
-        limits, egress = spec.tool.limits, spec.tool.network.allow and self.config.egress
+    def _host_config(self, tool: ToolDefinition, volumes: list[str]) -> Any:
+        limits, egress = tool.limits, tool.network.allow and self.config.egress
         log_bytes = 2 * limits.output_bytes + 2**20  # framing, and stderr beside stdout
         shm = shared_memory_bytes(limits.scratch_bytes)
         scratch = f"size={limits.scratch_bytes - shm},mode=1777,noexec,nosuid,nodev"
@@ -474,6 +815,9 @@ class DockerSandbox:
             LABEL_MODE: spec.mode.value,
             LABEL_TOOL: spec.tool.ref,
         }
+        if LABEL_POOL in labels:  # a warm container bound by its name: no operation label
+            expected[LABEL_POOL] = pool_key(spec.tool)
+            del expected[LABEL_OPERATION]
         wrong = {
             key: labels.get(key) for key, value in expected.items() if labels.get(key) != value
         }
@@ -550,17 +894,29 @@ class DockerSandbox:
     # -- collecting ------------------------------------------------------------------------
 
     async def _outcome(
-        self, spec: RunSpec, container_id: str, watch: _Watch | None, *, reconnected: bool
+        self,
+        spec: RunSpec,
+        container_id: str,
+        watch: _Watch | None,
+        *,
+        reconnected: bool,
+        warm: bool = False,
+        bound_at: datetime | None = None,
     ) -> RunOutcome:
+        """``warm``: a bound warm container's (its logs carry the bootstrap's marks;
+        ``bound_at``: when its bound mark was read live — the log may have rotated
+        past it)."""
         limits, tail = spec.tool.limits, self.config.log_tail_bytes
         # Judged on what the engine's log holds once the container has stopped (the
         # engine flushes it before it reports the exit): a live follow can end before
         # the last bytes arrive, and the outcome must not depend on when it did. The
         # final state and both logs are asked for at once.
+        out, err = Capture(limits.output_bytes, tail), Capture(0, tail, spool=False)
+        marks = (Trailer(out.feed, nonce=None), Trailer(err.feed, nonce=None, bound=True))
         reading = asyncio.gather(
             self._inspect_id(container_id),
-            self._read_log(container_id, Capture(limits.output_bytes, tail)),
-            self._read_log(container_id, Capture(0, tail, spool=False), err=True),
+            self._read_log(container_id, out, into=marks[0] if warm else None),
+            self._read_log(container_id, err, err=True, into=marks[1] if warm else None),
             return_exceptions=True,
         )
         container, stdout, stderr = await reading
@@ -577,6 +933,13 @@ class DockerSandbox:
         state = container["State"]
         started, finished = _started(container), _time(state.get("FinishedAt"))
         exit_code = int(state.get("ExitCode", -1))
+        if warm:
+            started = bound_at or marks[1].bound_at
+            if started is None and stdout.total == 0 and stderr.tail_text() in _UNBOUND_STDERR:
+                # no mark, and nothing a tool wrote (a log rotated past the mark would
+                # hold more than a megabyte): the bootstrap never got its job
+                stdout.close()
+                return _never_bound(container["Name"])
         try:
             if watch is None:  # collected: what the log kept tells how it went
                 watch = _Watch(stdout)
@@ -624,16 +987,33 @@ class DockerSandbox:
             detail=detail.strip("; "),
         )
 
-    async def _read_log(self, container_id: str, capture: Capture, *, err: bool = False) -> Capture:
+    async def _read_log(
+        self,
+        container_id: str,
+        capture: Capture,
+        *,
+        err: bool = False,
+        into: Trailer | None = None,
+    ) -> Capture:
         """Stream the stopped container's stdout (``err``: stderr) log into ``capture``
-        (stops once past its limit)."""
+        (stops once past its limit); ``into``: through that trailer (a warm run's log,
+        its marks taken off on the way; a trailer that reads the bound mark only ends
+        the read once it has)."""
 
         def read() -> None:
             chunks = _logs(self._api, container_id, err=err)
             try:
                 for chunk in chunks:
-                    if not capture.feed(chunk) and capture.file is not None:
+                    if into is not None:
+                        into.feed(chunk)
+                        if into.bound_at is not None and capture.limit == 0 == capture.tail_size:
+                            break  # only the mark was wanted
+                    else:
+                        capture.feed(chunk)
+                    if capture.over and capture.file is not None:
                         break
+                if into is not None and not into.ended:
+                    into.close()
             finally:
                 _close_stream(chunks)
 
@@ -673,7 +1053,14 @@ class DockerSandbox:
         if found is None:
             return
         if found["State"].get("Running"):
-            raise InvalidTransition(f"container {name} is still running: kill it instead")
+            # a warm run is done once its trailers arrived, while the engine may still
+            # be tearing its container down: that is waited for, a little
+            try:
+                await self._stopped(found["Id"], within=_TEARDOWN_S)
+            except StoreUnavailable:
+                raise InvalidTransition(
+                    f"container {name} is still running: kill it instead"
+                ) from None
         with contextlib.suppress(NotFound, ConflictError):
             await self._call(self._api.remove_container, found["Id"], force=True, v=True)
 
@@ -682,12 +1069,18 @@ class DockerSandbox:
             self._api.containers, all=True, filters={"label": f"{LABEL_OWNER}={self.config.owner}"}
         )
         runs = []
+        bound = f"bh-{self.config.owner}_"
         for row in rows:
             labels = row.get("Labels") or {}
             try:
+                name = row["Names"][0].lstrip("/")
+                if LABEL_POOL in labels and not name.startswith(bound):
+                    continue  # a warm container nobody bound: the pool's, not a run
+                if LABEL_POOL in labels:  # bound: its operation is its name
+                    labels = {**labels, LABEL_OPERATION: name[len(bound) :], LABEL_SESSION: ""}
                 runs.append(
                     OwnedRun(
-                        name=row["Names"][0].lstrip("/"),
+                        name=name,
                         operation_id=labels[LABEL_OPERATION],
                         session_id=labels[LABEL_SESSION],
                         mode=DispatchMode(labels[LABEL_MODE]),
@@ -835,6 +1228,19 @@ def _refused(name: str, what: str, error: BrainhandsError) -> RunOutcome:
         raise error
     name = name.lstrip("/")
     detail = f"container {name}: {what}: {error.message}"
+    return RunOutcome(
+        termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
+    )
+
+
+def _never_bound(name: str) -> RunOutcome:
+    """A warm container bound to the run whose job never (completely) arrived: the
+    tool never started, so the operation certainly did not run there."""
+    name = name.lstrip("/")
+    detail = (
+        f"container {name}: a warm container bound to the run ended before its job "
+        "arrived (the executor that bound it died while writing it): the tool never started"
+    )
     return RunOutcome(
         termination=Termination.SANDBOX_ERROR, container=name, detail=detail, refused=True
     )
