@@ -108,7 +108,14 @@ async def _docker_sandbox(
     resources.push_async_callback(gateway.close)
     sandbox = DockerSandbox(
         DockerSandboxConfig(
-            owner=settings.owner, docker_url=docker_url, runtime=settings.runtime, egress=route
+            owner=settings.owner,
+            docker_url=docker_url,
+            runtime=settings.runtime,
+            egress=route,
+            warm=settings.warm,
+            warm_limit=settings.concurrency,
+            warm_memory_bytes=settings.warm_memory_bytes,
+            warm_idle=settings.warm_idle,
         )
     )
     await sandbox.check()

@@ -733,6 +733,9 @@ class Executor:
         record = await self.store.get_operation(run.operation_id)
         if record is None:
             return False
+        if run.deadline is None and record.deadline is not None:
+            # a warm container bound by its name carries no deadline label: its claim's
+            overdue = self.clock() > record.deadline + margin
         stop = record.cancel is not None or overdue
         if run.state is not RunState.EXITED and not stop:
             return False

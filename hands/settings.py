@@ -21,6 +21,7 @@ from contracts import InvalidInput
 from contracts.model import Frozen
 from hands.labels import ToolCaps, parse_size
 from hands.sandbox import NAMESPACE
+from hands.sandbox.pool import parse_sizes
 
 
 def new_executor_id() -> str:
@@ -61,6 +62,23 @@ class HandsSettings(Frozen):
     egress_network: str = "bh-egress"
     #: the most a tool image may declare (``BH_HANDS_MAX_*``; docs/tools.md)
     caps: ToolCaps = ToolCaps()
+    #: warm containers per tool (``BH_HANDS_WARM``: ``echo=2,*=1``; ``*`` is every
+    #: tool; empty: every run starts cold), at most ``concurrency`` in all
+    warm: dict[str, int] = Field(default_factory=dict)
+    #: ... and at most this much memory, the sum of their limits (``BH_HANDS_WARM_MEMORY``)
+    warm_memory_bytes: int = Field(default=512 * 2**20, ge=0)
+    #: a warm container nobody takes exits after this long (``BH_HANDS_WARM_IDLE``)
+    warm_idle: timedelta = timedelta(minutes=10)
+
+    @field_validator("warm", mode="before")
+    @classmethod
+    def _warm_sizes(cls, warm: Any) -> Any:
+        if isinstance(warm, str):
+            try:
+                return parse_sizes(warm)
+            except ValueError as error:
+                raise ValueError(f"BH_HANDS_WARM: {error}") from None
+        return warm
 
     @model_validator(mode="before")
     @classmethod
@@ -123,10 +141,15 @@ class HandsSettings(Frozen):
             "ack_wait": "BH_HANDS_ACK_WAIT",
             "reap_every": "BH_HANDS_REAP",
             "beat_every": "BH_HANDS_BEAT",
+            "warm_idle": "BH_HANDS_WARM_IDLE",
         }
         for field, variable in timings.items():
             if env.get(variable):
                 values[field] = timedelta(seconds=float(env[variable]))
+        if env.get("BH_HANDS_WARM") is not None:
+            values["warm"] = env["BH_HANDS_WARM"]
+        if env.get("BH_HANDS_WARM_MEMORY"):
+            values["warm_memory_bytes"] = parse_size(env["BH_HANDS_WARM_MEMORY"])
         if env.get("BH_HANDS_MAX_DELIVER"):
             values["max_deliver"] = env["BH_HANDS_MAX_DELIVER"]
         if env.get("BH_HANDS_ID"):

@@ -8,12 +8,13 @@ import io
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import docker  # type: ignore[import-untyped]
 import pytest
 
-from contracts import AlreadyExists, InvalidInput, OperationStatus
+from contracts import AlreadyExists, InvalidInput, OperationStatus, utcnow
 from contracts.tool import Dispatch, ResultEvent, ToolDefinition
 from hands.executor import Executor
 from hands.images import BASE_IMAGE, tool_tag
@@ -311,3 +312,41 @@ async def _created(operation_id: str, since: int) -> int:
     finally:
         client.close()
     return sum(1 for e in events if e["Actor"]["Attributes"].get("io.brainhands.mode") == "run")
+
+
+async def test_the_reaper_stops_an_overdue_warm_run_by_its_claims_deadline(
+    store: SessionStore, images: dict[str, str]
+) -> None:
+    """A warm container bound to its operation by name carries no deadline label (labels
+    are fixed when it is made): the reaper takes the deadline of the operation's claim,
+    so a run whose Hands died is stopped once that passed, as a cold one is."""
+    owner = f"test-warm-{uuid.uuid4().hex[:8]}"
+    config = DockerSandboxConfig(owner=owner, docker_url=DOCKER, warm={"*": 1})
+    async with DockerSandbox(config) as box:
+        try:
+            await register_image(store, box, tool_tag("sleep"))
+            await executor(store, box, []).handle(dispatch("sleep", {"seconds": 0}, "op-warming"))
+            await assert_eventually(lambda: _warm_ready(box), within=30)
+            op = f"op-{uuid.uuid4().hex}"
+            dead = asyncio.create_task(
+                executor(store, box, [], "dead").handle(dispatch("sleep", {"seconds": 60}, op))
+            )
+            await assert_eventually(lambda: _running(box, op), within=30)
+            dead.cancel()  # its Hands died; the container runs on
+            with pytest.raises(asyncio.CancelledError):
+                await dead
+            [run] = [run for run in await box.owned() if run.operation_id == op]
+            assert run.deadline is None  # bound by name: no label says until when
+
+            reaper = executor(store, box, [], "b")
+            assert await reaper.reconcile() == []  # within the claim: left alone
+            reaper.clock = lambda: utcnow() + timedelta(hours=1)
+            assert run.name in await reaper.reconcile()
+            assert await box.state(op) is None
+        finally:
+            for run in await box.owned():
+                await box.kill(run.operation_id, run.mode)
+
+
+async def _warm_ready(box: DockerSandbox) -> bool:
+    return any(box.pool._ready.values())
