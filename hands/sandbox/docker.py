@@ -108,6 +108,8 @@ _DOCKER_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _UNBOUND_STDERR = ("", CUT_SHORT + "\n")
 #: how often exited unbound warm containers are looked for
 _SWEEP_S = 60.0
+#: how long a warm run's streams may take to end once its container has stopped
+_STREAMS_END_S = 1.0
 #: how long removing a container waits for a teardown still under way
 _TEARDOWN_S = 5.0
 #: one engine ``wait`` call's bound (repeated until the exit): how long a cancelled
@@ -336,7 +338,15 @@ class DockerSandbox:
             bound = warm is not None and await self._bind(warm, name)
             if warm is not None and bound == "bound":
                 work = self._warm(spec, name, warm.id, arguments, log)
-                return await self._guarded(name, False, work)
+                outcome = await self._guarded(name, False, work)
+                if not outcome.refused:
+                    return outcome
+                # It had stopped before its job arrived (an engine restart, its idle
+                # limit): the tool never started there. It goes — and the pool's other
+                # containers of the tool, likely stopped alike — and the run starts cold.
+                await self._discard(warm)
+                for other in self.pool.drain(warm.key):
+                    self._spawn(self._discard(other))
             taken = bound == "taken"
         if not spec.collect_only and not taken:
             try:
@@ -445,15 +455,25 @@ class DockerSandbox:
         )
         deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
         watch = _Watch(stdout)
+        # An attach to a container that has stopped waits for it to start again: the
+        # engine's wait, beside it, tells when the container is gone from under it.
+        stopped = _Waiter(self._client(pool=1), container_id)
         try:
             try:
-                await asyncio.wait_for(asyncio.shield(attachment.done), _left(deadline))
-            except TimeoutError:
-                watch.timed_out = True
-            except Exception as error:  # the attach broke: the engine tells the end
-                watch.notes.append(f"attach failed: {error!r}")
+                watching = {attachment.done, stopped.done}
+                ended, _ = await asyncio.wait(
+                    watching, timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not ended:
+                    watch.timed_out = True
+                elif attachment.done not in ended:  # stopped: its streams end with it
+                    await asyncio.wait({attachment.done}, timeout=_STREAMS_END_S)
+                if attachment.done.done() and attachment.done.exception() is not None:
+                    # the attach broke: the engine tells the end
+                    watch.notes.append(f"attach failed: {attachment.done.exception()!r}")
             finally:
                 attachment.cancel(by_caller=True)
+                stopped.cancel()
             code = attachment.code
             if code is not None and not attachment.over:
                 return await self._warm_outcome(

@@ -92,11 +92,10 @@ class WarmPool:
     def add(self, container: WarmContainer) -> None:
         self._ready.setdefault(container.key, deque()).append(container)
 
-    def drain(self) -> list[WarmContainer]:
-        """Every ready container, taken out (to remove at shutdown)."""
-        every = [c for ready in self._ready.values() for c in ready]
-        self._ready.clear()
-        return every
+    def drain(self, key: str | None = None) -> list[WarmContainer]:
+        """Every ready container (of ``key``), taken out (to remove)."""
+        keys = list(self._ready) if key is None else [key]
+        return [c for k in keys for c in self._ready.pop(k, ())]
 
 
 def parse_sizes(text: str) -> dict[str, int]:

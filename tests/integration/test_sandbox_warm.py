@@ -261,3 +261,23 @@ async def _bound_and_started(sandbox: DockerSandbox, spec: RunSpec) -> bool:
         return False
     finally:
         engine.close()
+
+
+async def test_a_warm_container_that_died_in_the_pool_gives_way_to_a_cold_start(
+    sandbox: DockerSandbox, base_image: str
+) -> None:
+    """An engine restart (or its idle limit) stopped the warm container before any run
+    took it: the run that binds it finds it never got its job, removes it and starts
+    cold — the operation runs once, and no failure is made of it."""
+    tool = python_tool(base_image, ECHO)
+    warm = await _warmed(sandbox, tool)
+    engine = docker.APIClient(version="1.41")
+    try:
+        engine.stop(warm, timeout=0)
+    finally:
+        engine.close()
+
+    outcome = await sandbox.run(spec_of(tool, {"k": 2}))
+
+    assert outcome.termination is Termination.EXITED and outcome.output == {"k": 2}
+    assert not outcome.refused and not outcome.reconnected
