@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,12 +249,14 @@ async def rig(
     start: Iterable[str] = (),
     tools: Iterable[str] = (),
     model: dict[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Rig]:
     """The system with ``processes`` (name → argv), ``start`` started now; the tool images
-    ``tools`` registered first; ``model``, a scripted-model script, served as ``model``."""
+    ``tools`` registered first; ``model``, a scripted-model script, served as ``model``;
+    ``env``: variables every process gets on top of the rig's."""
     work = Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     prefix = f"bd{uuid.uuid4().hex[:8]}"
-    env = _env(work, prefix, infra)
+    env = {**_env(work, prefix, infra), **(env or {})}
     argv = dict(processes)
     if model is not None:
         script = work / "script.json"

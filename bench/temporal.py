@@ -104,8 +104,9 @@ async def _rounds(system: Rig, client: Client, repeats: int) -> dict[str, list[f
     assert echo is not None
     # the Hands give the container the CPU share its image declares (and an init):
     # so does the Temporal activity
-    docker_flags = [*HARDENED, "--cpus", str(min(echo.limits.cpus, os.cpu_count() or 1))]
-    docker_flags += ["--init"]
+    share = min(echo.limits.cpus, os.cpu_count() or 1)
+    docker_flags = [*HARDENED, "--cpu-period", "1000000", "--cpu-quota", str(int(share * 1e6))]
+    docker_flags += ["--init"]  # the share over the Hands' 1 s period, and an init
     measures: dict[str, Measure] = {
         "bh_tool_call": lambda n: _bh(system, n, {"kind": "one-call", "input": _echo_call()}),
         "temporal_tool_call": lambda n: _temporal(

@@ -106,6 +106,8 @@ _SIGNALLED = (128 + 9, 128 + 15)
 _DOCKER_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: all a warm container that never got its job can have written to stderr
 _UNBOUND_STDERR = ("", CUT_SHORT + "\n")
+#: the CFS period a run's CPU share is a quota of (Docker's own default: 100 ms)
+_CPU_PERIOD_US = 1_000_000
 #: how often exited unbound warm containers are looked for
 _SWEEP_S = 60.0
 #: how long a warm run's streams may take to end once its container has stopped
@@ -805,7 +807,11 @@ class DockerSandbox:
             pids_limit=limits.pids,
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
-            nano_cpus=int(min(limits.cpus, self._cpus or limits.cpus) * 1e9),
+            # the share as a quota per period: Docker's 100 ms period throttles an
+            # interpreter's start (0.25 CPU: 25 ms of every 100); over a 1 s period the
+            # same share lets it start in one burst (docs/hardening.md, bench.warm)
+            cpu_period=_CPU_PERIOD_US,
+            cpu_quota=int(min(limits.cpus, self._cpus or limits.cpus) * _CPU_PERIOD_US),
             oom_score_adj=1000,
             ipc_mode="private",
             shm_size=shm,

@@ -393,7 +393,8 @@ async def test_every_defense_flag_is_set_on_the_container(
     assert host["ShmSize"] == shm
     assert host["PidsLimit"] == limits.pids
     assert host["Memory"] == host["MemorySwap"] == limits.memory_bytes
-    assert host["NanoCpus"] == int(limits.cpus * 1e9)
+    assert host["CpuQuota"] / host["CpuPeriod"] == limits.cpus  # the share, over 1 s
+    assert host["CpuPeriod"] == 1_000_000
     assert host["Init"] and host["IpcMode"] == "private" and host["CgroupnsMode"] == "private"
     assert host["LogConfig"]["Type"] == "local"
     assert not host["Binds"] and not container["Mounts"]
