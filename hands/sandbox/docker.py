@@ -108,6 +108,8 @@ _DOCKER_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _UNBOUND_STDERR = ("", CUT_SHORT + "\n")
 #: the CFS period a run's CPU share is a quota of (Docker's own default: 100 ms)
 _CPU_PERIOD_US = 1_000_000
+#: warm runs remembered until their container is removed (then their pool is refilled)
+_OWED_MAX = 1024
 #: how often exited unbound warm containers are looked for
 _SWEEP_S = 60.0
 #: how long a warm run's streams may take to end once its container has stopped
@@ -282,6 +284,9 @@ class DockerSandbox:
         self._filling: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._swept = -_SWEEP_S
+        self._closing = False
+        #: warm runs whose pool is refilled once their container is removed
+        self._owed: dict[str, tuple[ToolDefinition, str]] = {}
 
     def _client(self, *, pool: int) -> Any:
         return docker.APIClient(
@@ -312,11 +317,12 @@ class DockerSandbox:
         await self.close()
 
     async def close(self) -> None:
-        """Stop filling the pool and remove its warm containers (unbound: nothing of an
-        operation is lost), then close the engine client."""
-        for task in list(self._filling.values()):
-            task.cancel()
+        """Stop filling the pool — a container being made is finished, not abandoned
+        half made — and remove its warm containers (unbound: nothing of an operation is
+        lost), then close the engine client."""
+        self._closing = True
         await asyncio.gather(*self._filling.values(), return_exceptions=True)
+        await asyncio.gather(*self._background, return_exceptions=True)
         for container in self.pool.drain():
             await self._discard(container)
         await asyncio.to_thread(self._api.close)
@@ -385,15 +391,33 @@ class DockerSandbox:
     # -- warm runs -------------------------------------------------------------------------
 
     async def _take_warm(self, spec: RunSpec) -> WarmContainer | None:
-        """A warm container for this run (None: start cold), and the pool refilled."""
+        """A warm container for this run (None: start cold).
+
+        The pool is refilled once the run is over — when its container is removed —
+        not while it runs: making a container keeps the engine busy for a few hundred
+        milliseconds of CPU, which on a small host slows the very run (and the result's
+        way back) that the warm container was to speed up. An empty pool starts filling
+        at once (that run is cold anyway)."""
         if not await self._warmable(spec):
             return None
         key = pool_key(spec.tool)
         warm, stale = self.pool.take(key)
         for container in stale:
             self._spawn(self._discard(container))
-        self._refill(spec.tool, key)
+        if warm is None:
+            self._refill(spec.tool, key)
+        else:
+            self._owed[spec.operation_id] = (spec.tool, key)
+            while len(self._owed) > _OWED_MAX:  # runs never removed (their Hands moved on)
+                tool, owed = self._owed.pop(next(iter(self._owed)))
+                self._refill(tool, owed)
         return warm
+
+    def _repay(self, operation_id: str) -> None:
+        """A warm run's container is gone: its pool gets one again."""
+        owed = self._owed.pop(operation_id, None)
+        if owed is not None:
+            self._refill(*owed)
 
     async def _warmable(self, spec: RunSpec) -> bool:
         tool = spec.tool
@@ -570,6 +594,8 @@ class DockerSandbox:
             waiter.cancel()
 
     def _refill(self, tool: ToolDefinition, key: str) -> None:
+        if self._closing:
+            return
         if key not in self._filling and self.pool.wants(key, tool):
             self._filling[key] = asyncio.create_task(self._fill(tool, key))
 
@@ -578,7 +604,7 @@ class DockerSandbox:
         one the engine refuses stops the filling until the next run."""
         try:
             await self._sweep()
-            while self.pool.wants(key, tool):
+            while not self._closing and self.pool.wants(key, tool):
                 self.pool.making(key, 1)
                 try:
                     self.pool.add(await self._make_warm(tool, key))
@@ -1071,12 +1097,14 @@ class DockerSandbox:
                 return False
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+        self._repay(operation_id)
         return True
 
     async def remove(self, operation_id: str, mode: DispatchMode = DispatchMode.RUN) -> None:
         name = self._name(operation_id, mode)
         found = await self._owned(name)
         if found is None:
+            self._repay(operation_id)
             return
         if found["State"].get("Running"):
             # a warm run is done once its trailers arrived, while the engine may still
@@ -1089,6 +1117,7 @@ class DockerSandbox:
                 ) from None
         with contextlib.suppress(NotFound, ConflictError):
             await self._call(self._api.remove_container, found["Id"], force=True, v=True)
+        self._repay(operation_id)
 
     async def owned(self) -> list[OwnedRun]:
         rows = await self._call(

@@ -26,6 +26,9 @@ class Span:
     service: str
     attributes: dict[str, Any]
     links: tuple[str, ...] = ()
+    #: when it started and ended (ns since the epoch, the emitting host's clock)
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 def _value(any_value: Any) -> Any:
@@ -59,6 +62,8 @@ class Receiver:
                             service=service,
                             attributes={a.key: _value(a.value) for a in span.attributes},
                             links=tuple(link.span_id.hex() for link in span.links),
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
                         )
                     )
         with self.lock:
