@@ -4,6 +4,7 @@ trailer with another nonce (the tool printing one) is the tool's own output."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given
@@ -21,7 +22,7 @@ def _trailer(code: int, nonce: str = NONCE) -> bytes:
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({0, len(data), *(cut % (len(data) + 1) for cut in cuts)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @given(
