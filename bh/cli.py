@@ -24,10 +24,12 @@ from contracts import BrainhandsError
 from hands import __main__ as hands_main
 from hands import api_server
 from runtime.build import build_id
+from runtime.cli import Commands
 from scheduler import __main__ as scheduler_main
 from session_api import server as session_api_server
 
 app = typer.Typer(
+    cls=Commands,
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
     no_args_is_help=True,
 )

@@ -27,12 +27,13 @@ from coordination.leases import RedisLeases
 from coordination.ratelimit import ModelLimits, endpoint_key
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
+from runtime.cli import Commands
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
 from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+app = typer.Typer(no_args_is_help=True, add_completion=False, cls=Commands)
 
 Approve = Annotated[
     list[str] | None,

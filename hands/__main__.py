@@ -12,6 +12,7 @@ from contracts import BrainhandsError
 from hands.app import open_hands
 from hands.settings import HandsSettings
 from runtime.cancellation import cancel_and_wait
+from runtime.cli import run as run_command
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
@@ -70,4 +71,4 @@ async def _serve(settings: HandsSettings, probe_host: str, probe_port: int | Non
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

@@ -12,6 +12,7 @@ import typer
 
 from contracts import BrainhandsError
 from coordination import redis_client
+from runtime.cli import run as run_command
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
 from scheduler.assembly import Connections, build
@@ -93,4 +94,4 @@ async def _serve(
 
 
 if __name__ == "__main__":
-    app()
+    run_command(app)

@@ -4,7 +4,10 @@ never also ``[X]``), defaults said, and ``bh --version``."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
@@ -44,3 +47,30 @@ def test_the_version_and_the_hands_default_concurrency_are_said() -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["--version"], env=ENV).output.startswith("brainhands ")
     assert "else 4" in runner.invoke(app, ["hands", "--help"], env=ENV).output
+
+
+def test_a_flag_shows_no_value_type() -> None:
+    """A flag takes no value: its row names no type (Typer printed ``<bool>``), while an
+    option that takes one still says which."""
+    runner = CliRunner()
+    page = runner.invoke(app, ["sessions", "--help"], env=ENV).output
+    assert "<bool>" not in page, page
+    assert re.search(r"--all\s+Every session", page), page
+    assert re.search(r"--limit\s+<int range>", page), page
+    for args in commands():
+        assert "<bool>" not in runner.invoke(app, [*args, "--help"], env=ENV).output, args
+
+
+def test_the_services_own_command_lines_show_no_value_type_for_a_flag() -> None:
+    """``python -m hands`` and ``-m scheduler`` are one command each (no group), run by
+    ``runtime.cli.run``; ``-m brain`` is a group."""
+    for module in (["hands"], ["scheduler"], ["brain", "worker"]):
+        page = subprocess.run(
+            [sys.executable, "-m", *module, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **ENV},
+            check=True,
+        ).stdout
+        assert "--help" in page, module
+        assert "<bool>" not in page, (module, page)
