@@ -1,8 +1,10 @@
 """The Hands service: pull dispatches from JetStream and run them, within a limit.
 
 Any number of instances share one durable pull consumer of the work-queue stream. Each
-fetches only as many messages as it has free slots (admission control: a busy instance
-leaves work in the stream for others instead of overloading itself), keeps long runs
+fetches only while it has a free slot, one message at a time (admission control: a busy
+instance leaves work in the stream for others instead of overloading itself; and a
+fetch of several that got fewer holds the next message until its pull request expires,
+``bus.pull``), keeps long runs
 alive with in-progress acks, and acks only once the operation's result is in the store.
 Deliveries are unlimited, with a backoff (2 s doubling to 60 s): running out of
 deliveries never decides an outcome, and an outage of the engine, the store or NATS
@@ -36,6 +38,7 @@ from pydantic import ValidationError
 
 from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
 from bus.backlog import HANDS_CONSUMER, DispatchBacklog
+from bus.pull import fetch_one
 from contracts import BrainhandsError, OperationMismatch
 from contracts.fleet import DispatchQueue, HandsBeat
 from contracts.model import Frozen
@@ -116,7 +119,7 @@ class HandsService:
                     self._freed.clear()
                     await self._freed.wait()
                     continue
-                messages = await self._fetch(pull, free)
+                messages = await self._fetch(pull)
                 if messages is None or (not messages and await self._consumer_gone()):
                     pull = await self._rebind(pull)  # gone, or NATS away: bind again
                     continue
@@ -180,12 +183,11 @@ class HandsService:
             return False  # NATS away: the next fetch says so
         return False
 
-    async def _fetch(self, pull: Any, batch: int) -> list[Msg] | None:
-        """Up to ``batch`` dispatches; None when fetching failed otherwise than by timing
-        out (e.g. the server restarting, the consumer gone)."""
+    async def _fetch(self, pull: Any) -> list[Msg] | None:
+        """The next dispatch (or none within a second); None when fetching failed
+        otherwise than by timing out (e.g. the server restarting, the consumer gone)."""
         try:
-            messages: list[Msg] = await pull.fetch(batch, timeout=1)
-            return messages
+            return await fetch_one(pull, wait=1)
         except (TimeoutError, nats.errors.TimeoutError):
             return []
         except (nats.errors.Error, OSError) as error:

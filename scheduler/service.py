@@ -46,6 +46,7 @@ from pydantic import ValidationError
 
 from bus import RESULTS_STREAM, Bus, dispatch_subject
 from bus.jetstream import RESULTS_SUBJECTS
+from bus.pull import fetch_one
 from contracts import BrainhandsError, OperationStatus
 from contracts.model import Frozen
 from contracts.tool import Dispatch, ResultEvent
@@ -300,7 +301,7 @@ class Scheduler:
         """Handle fetched events until fetching fails otherwise than by timing out."""
         while True:
             try:
-                messages = await pull.fetch(32, timeout=1)
+                messages = await fetch_one(pull, wait=1)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except (nats.errors.Error, OSError) as error:

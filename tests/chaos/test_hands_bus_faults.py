@@ -138,7 +138,7 @@ async def test_a_consumer_lost_without_a_fetch_error_is_bound_again(
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
     fetching = asyncio.Event()
 
-    async def empty(self: HandsService, pull: object, batch: int) -> list[object]:
+    async def empty(self: HandsService, pull: object) -> list[object]:
         fetching.set()
         await asyncio.sleep(0.2)
         return []
