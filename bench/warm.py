@@ -10,10 +10,13 @@
 * ``call``: one no-op tool call end to end, from the submission to the answer commit,
   on two systems up at once that differ only in their Hands' pools
   (``BH_HANDS_WARM=*=4`` or none); rounds interleaved.
-* ``burst``: 30 no-op tool calls submitted at once to each system, and 30 Temporal
+* ``burst``: 30 no-op tool calls submitted at once to each system, 30 Temporal
   workflows each running the same container with ``docker run --rm`` (the same
-  hardening, CPU share and init): calls per second from the first submission to the
-  last answer.
+  hardening, CPU share and init), and 30 bare engine runs at once (create, start, wait,
+  read, remove; no brainhands, no Temporal): calls per second from the first submission
+  to the last answer, and the machine's CPU time per call (all processes, from
+  ``/proc/stat``) — with one-shot containers, the engine's work per container is a
+  floor no pool removes, and the bare burst measures it.
 
 Needs Docker, the tool images (``bh images build``) and Redis/NATS (``bench.rig``
 starts its own)::
@@ -256,25 +259,63 @@ async def _call(system: Rig, session_id: str) -> float:
 
 async def _bursts(cold: Rig, warm: Rig, client: Client, bursts: int) -> dict[str, Any]:
     docker_flags = [*HARDENED, "--cpu-period", "1000000", "--cpu-quota", "250000", "--init"]
-    samples: dict[str, list[float]] = {"cold": [], "warm": [], "temporal": []}
-    for round_ in range(bursts):
-        order = ["cold", "warm", "temporal"]
-        order = order if round_ % 2 else list(reversed(order))
-        for name in order:
-            await asyncio.sleep(3)  # the warm pool refills, the engine settles
-            if name == "temporal":
-                elapsed = await _temporal_burst(client, docker_flags)
-            else:
-                elapsed = await _burst(cold if name == "cold" else warm, name, round_)
-            samples[name].append(BURST / elapsed)
-        print(f"burst {round_}: " + _brief(samples), file=sys.stderr)
+    names = ["cold", "warm", "temporal", "bare"]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    bare = DockerSandbox(DockerSandboxConfig(owner="bench-warm-bare", docker_url=DOCKER))
+    await bare.check()
+    tool = await register_image(cold.store, bare, tool_tag("echo"))
+    try:
+        for round_ in range(bursts):
+            order = names if round_ % 2 else list(reversed(names))
+            for name in order:
+                await asyncio.sleep(3)  # the warm pool refills, the engine settles
+                busy = _cpu_seconds()
+                if name == "temporal":
+                    elapsed = await _temporal_burst(client, docker_flags)
+                elif name == "bare":
+                    elapsed = await _bare_burst(bare, tool)
+                else:
+                    elapsed = await _burst(cold if name == "cold" else warm, name, round_)
+                cpu[name].append((_cpu_seconds() - busy) / BURST)
+                samples[name].append(BURST / elapsed)
+            print(f"burst {round_}: " + _brief(samples), file=sys.stderr)
+    finally:
+        await bare.close()
     medians = {name: median(values) for name, values in samples.items()}
     return {
         "calls_per_s": medians,
+        "cpu_s_per_call": {name: median(values) for name, values in cpu.items()},
+        "cores": os.cpu_count(),
         "warm_to_cold": medians["warm"] / medians["cold"],
         "warm_to_temporal": medians["warm"] / medians["temporal"],
+        "warm_to_bare": medians["warm"] / medians["bare"],
         "samples": samples,
     }
+
+
+async def _bare_burst(sandbox: DockerSandbox, tool: ToolDefinition) -> float:
+    """30 bare engine runs at once, each on a client of its own (as 30 ``docker run``)."""
+
+    def one() -> None:
+        engine = docker.APIClient(base_url=DOCKER, version="1.41")
+        try:
+            _bare(engine, sandbox, tool, docker_period=False)
+        finally:
+            engine.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(asyncio.to_thread(one) for _ in range(BURST)))
+    return time.perf_counter() - started
+
+
+def _cpu_seconds() -> float:
+    """CPU time the whole machine has spent busy so far (``/proc/stat``: every state
+    but idle and iowait), in seconds."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(value) for value in fields]
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 async def _burst(system: Rig, name: str, round_: int) -> float:
