@@ -4,6 +4,7 @@ never also ``[X]``), defaults said, and ``bh --version``."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -57,7 +58,7 @@ def test_a_flag_shows_no_value_type() -> None:
     assert "<bool>" not in page, page
     assert re.search(r"--all\s+Every session", page), page
     assert re.search(r"--limit\s+<int range>", page), page
-    for args in commands():
+    for args in [[], *commands()]:  # the root page too: its completion flags are added late
         assert "<bool>" not in runner.invoke(app, [*args, "--help"], env=ENV).output, args
 
 
@@ -74,3 +75,18 @@ def test_the_services_own_command_lines_show_no_value_type_for_a_flag() -> None:
         ).stdout
         assert "--help" in page, module
         assert "<bool>" not in page, (module, page)
+
+
+def test_a_groups_list_of_commands_reflows_each_docstring() -> None:
+    """The list printed a docstring's line breaks: ``Brains, Hands`` ended a short row and
+    ``in Docker)`` began the next. Each row but a command's last is filled to the box."""
+    runner = CliRunner()
+    for args in [[], *(group for group in commands() if len(group) == 1)]:
+        page = runner.invoke(app, [*args, "--help"], env={**ENV, "COLUMNS": "80"}).output
+        if "─ Commands ─" not in page:
+            continue
+        box = page.split("─ Commands ─")[-1].splitlines()[1:]
+        rows = [line.strip("│").rstrip() for line in box if line.startswith("│")]
+        for row, following in itertools.pairwise(rows):
+            continued = following.startswith(" " * 3)  # the next line goes on with this one
+            assert not continued or len(row) > 60, (args, row, following)
