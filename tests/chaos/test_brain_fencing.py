@@ -19,8 +19,7 @@ from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.routes import Routes, SessionRouter
 from coordination.wakes import RQWakes
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.processes import ROOT
@@ -146,7 +145,4 @@ async def _answered(store: SessionStore) -> bool:
 
 
 async def _log(store: SessionStore) -> list[CommitRecord]:
-    return [
-        decode(data, CommitRecord, where=item)
-        for item, data in await store.backend.items(layout.log_partition("s1"))
-    ]
+    return [record async for record in store.history("s1")]

@@ -22,12 +22,11 @@ from brain.results import ResultWaiter
 from brain.runner import SessionRunner
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus
-from contracts import CommitRecord, Outcome
+from contracts import Outcome
 from contracts.tool import Dispatch
 from hands.sandbox.process import ProcessSandbox
 from hands.service import CONSUMER, HandsService
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.intents import commit_intent
@@ -93,8 +92,8 @@ async def test_restarting_nats_mid_run_loses_nothing_and_runs_nothing_twice(
     ran = Counter(runs(ledger))
     assert len(ran) == STEPS and set(ran.values()) == {1}, ran
     applied: Counter[str] = Counter()
-    for item, data in await store.backend.items(layout.log_partition("s1")):
-        applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+    async for record in store.history("s1"):
+        applied.update(record.commit.applied_operations)
     assert set(applied) == set(ran) and set(applied.values()) == {1}
     await store.close()
 

@@ -26,11 +26,10 @@ from brain.results import ResultWaiter
 from brain.runner import DriveReport, SessionRunner
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, Bus, BusSettings, dispatch_subject
-from contracts import CommitRecord, Outcome, ReplayPolicy
+from contracts import Outcome, ReplayPolicy
 from contracts.tool import Dispatch
 from hands.service import CONSUMER
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.intents import commit_intent
@@ -93,8 +92,8 @@ class Scene:
         assert task is not None and task.outcome is Outcome.SUCCEEDED, task
         assert runs(self.ledger).count(op) == 1, runs(self.ledger)
         applied: Counter[str] = Counter()
-        for item, data in await self.store.backend.items(layout.log_partition(session_id)):
-            applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+        async for record in self.store.history(session_id):
+            applied.update(record.commit.applied_operations)
         assert applied[op] == 1
 
 

@@ -14,11 +14,9 @@ import pytest
 
 from brain.outcome import Done
 from brain.registry import Migration, Registry, TaskKind
-from contracts import CommitRecord
 from coordination import redis_client
 from coordination.routes import Routes, SessionRouter, model_offers, route_of
-from session_store import SessionStore, layout, open_store
-from session_store.codec import decode
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.services import require
 
@@ -92,11 +90,7 @@ async def test_routers_waking_a_blocked_session_at_once_report_it_once(
     stores = [await open_store(f"sqlite:///{tmp_path}/store.db") for _ in range(3)]
     routers = [SessionRouter(each, routes) for each in stores]
     assert await asyncio.gather(*(router("s3") for router in routers)) == [None] * 3
-    reports = [
-        item
-        for item, data in await store.backend.items(layout.log_partition("s3"))
-        if decode(data, CommitRecord, where=item).commit.documents
-    ]
+    reports = [record.seq async for record in store.history("s3") if record.commit.documents]
     assert len(reports) == 1, reports
     for each in stores:
         await each.close()

@@ -31,7 +31,7 @@ from brain.service import BrainService
 from brain.services import Services
 from brain.tools import LocalDispatcher
 from bus import RESULTS_STREAM, Bus
-from contracts import CommitRecord, OutboxMessage, StoreUnavailable, SubmissionStatus, utcnow
+from contracts import OutboxMessage, StoreUnavailable, SubmissionStatus, utcnow
 from contracts.tool import ToolDefinition
 from coordination import redis_client
 from coordination.leases import RedisLeases
@@ -41,8 +41,7 @@ from hands.sandbox.process import ProcessSandbox
 from runtime.crashpoints import CrashPoints
 from scheduler.assembly import Connections, build
 from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
@@ -291,8 +290,8 @@ async def _all_answered(store: SessionStore, sessions: list[str]) -> bool:
 async def _applications(store: SessionStore, session_id: str) -> Counter[str]:
     """How many commits of the session's log applied each operation's result."""
     applied: Counter[str] = Counter()
-    for item, data in await store.backend.items(layout.log_partition(session_id)):
-        applied.update(decode(data, CommitRecord, where=item).commit.applied_operations)
+    async for record in store.history(session_id):
+        applied.update(record.commit.applied_operations)
     return applied
 
 

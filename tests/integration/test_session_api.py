@@ -797,14 +797,12 @@ async def test_a_session_reads_as_it_was_after_any_commit(tmp_path: Path) -> Non
 
 async def _replayed(store: Any, seq: int) -> Any:
     """The state after ``seq``, replayed from the first commit (no baseline)."""
-    from contracts import CommitRecord
-    from session_store import SessionState, layout
-    from session_store.codec import decode
+    from session_store import SessionState
     from session_store.state import apply
 
     state = SessionState(session_id="s1")
-    for _, data in await store.backend.items(layout.log_partition("s1"), limit=seq):
-        apply(state, decode(data, CommitRecord, where="log"))
+    for record in await store.commits("s1", limit=seq):
+        apply(state, record)
     return state
 
 

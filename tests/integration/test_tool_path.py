@@ -17,7 +17,6 @@ from brain.runner import SessionRunner
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, Bus
 from contracts import (
-    CommitRecord,
     Operation,
     OperationStatus,
     Outcome,
@@ -26,8 +25,7 @@ from contracts import (
     utcnow,
 )
 from hands.sandbox.process import ProcessSandbox
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
@@ -69,10 +67,7 @@ async def test_a_sandboxed_call_is_committed_dispatched_run_once_and_applied_onc
     assert task.result == {"output": {"echo": "hi", "op": op}, "path": "executed"}
     assert not report.active
     assert runs(ledger) == [op]
-    records = [
-        decode(data, CommitRecord, where=item)
-        for item, data in await store.backend.items(layout.log_partition("s1"))
-    ]
+    records = [record async for record in store.history("s1")]
     intents = [r.commit for r in records if r.commit.outbox]
     assert len(intents) == 1
     (intent,) = intents

@@ -11,10 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contracts import Commit, CommitRecord
+from contracts import Commit
 from runtime.build import build_id, image_build_id, package_version
-from session_store import layout, open_store
-from session_store.codec import decode
+from session_store import open_store
 from webapi.probes import Probes
 
 
@@ -37,10 +36,7 @@ async def test_every_commit_names_the_build_that_wrote_it(
         handle = await store.session("s1")
         await handle.claim(1, holder="brain-a")
         await handle.commit(Commit(), fence=1)
-        records = [
-            decode(data, CommitRecord, where=item)
-            for item, data in await store.backend.items(layout.log_partition("s1"))
-        ]
+        records = [record async for record in store.history("s1")]
     finally:
         await store.close()
     assert len(records) == 2

@@ -15,15 +15,12 @@ from brain.outcome import Done, Sleep
 from brain.registry import Registry
 from brain.tools import QueryAnswer, ToolSpec
 from contracts import CommitRecord, Outcome, TaskStatus, utcnow
-from session_store import SessionStore, layout
-from session_store.codec import decode
+from session_store import SessionStore
 from tests.support.kernel import kernel, kind
 
 
 async def claims(store: SessionStore, session_id: str = "s1") -> list[CommitRecord]:
-    records = await store.backend.items(layout.log_partition(session_id))
-    decoded = [decode(data, CommitRecord, where=item) for item, data in records]
-    return [record for record in decoded if record.claim]
+    return [record async for record in store.history(session_id) if record.claim]
 
 
 async def test_takeover_waits_for_an_in_flight_call_instead_of_running_it_again(
