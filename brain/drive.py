@@ -17,9 +17,10 @@ phase start and tool call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -56,8 +57,8 @@ from contracts.tool import Cancellation
 from coordination.leases import LeaseProof
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
+from runtime.tracing import TRACER, phase_span, wait_span
 from runtime.tracing import flush as flush_spans
-from runtime.tracing import phase_span, wait_span
 from session_store import SessionHandle
 
 if TYPE_CHECKING:
@@ -387,11 +388,7 @@ class Drive:
                 return
             kind = self.runner.registry.resolve(task).kind
             assert kind is not None, "planned tasks have a handler"
-            outcome = await self._run_handler(task, kind)
-            if outcome is None:  # told to stop
-                return
-            self.phases += 1
-            if not await self._commit_outcome(task, outcome, kind):
+            if not await self._run_handler(task, kind):
                 return
 
     async def _commit_outcome(self, task: Task, outcome: PhaseOutcome, kind: TaskKind) -> bool:
@@ -432,8 +429,10 @@ class Drive:
         except REFUSALS as again:
             log.error("task %s: even its failure was refused: %s", task.id, again.message)
 
-    async def _run_handler(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
-        """One phase run, traced in the trace of the task's root (``runtime.tracing``)."""
+    async def _run_handler(self, task: Task, kind: TaskKind) -> bool:
+        """One phase run and the commit of its outcome, traced in the trace of the task's
+        root (``runtime.tracing``): the span ends when the outcome is durable. True when
+        the task goes straight on to its next phase."""
         agent = kind.name == AGENT
         with phase_span(
             f"{'invoke_agent' if agent else 'run_task'} {kind.name}",
@@ -449,11 +448,16 @@ class Drive:
                 "brainhands.task.id": task.id,
                 "brainhands.task.phase": task.phase,
                 "brainhands.task.attempts": task.attempts,
+                "brainhands.task.rev": task.rev,
                 "brainhands.fence": self.fence or 0,
                 "brainhands.runner": self.services.runner_id,
             },
         ):
-            return await self._run_phase(task, kind)
+            outcome = await self._run_phase(task, kind)
+            if outcome is None:  # told to stop
+                return False
+            self.phases += 1
+            return await self._commit_outcome(task, outcome, kind)
 
     def _root_of(self, task: Task) -> str:
         tasks, current = self.handle.state.tasks, task
@@ -576,13 +580,15 @@ class Drive:
                     commit = builder.build()
                 if commit.is_empty:
                     return False
-                try:
-                    await self.handle.commit(commit, fence=self.fence)
-                except ConflictError:
-                    await self.handle.refresh()
-                    continue
+                with _commit_span(label, self.fence) as span:
+                    try:
+                        await self.handle.commit(commit, fence=self.fence)
+                    except ConflictError:
+                        span.set_attribute("brainhands.commit.conflict", True)
+                        await self.handle.refresh()
+                        continue
+                    span.set_attribute("brainhands.seq", self.handle.seq)
                 self.commits += 1
-                _traced_commit(self.handle.seq, self.fence, label)
                 if commit.applied_operations:
                     self.services.metrics.applied(commit.applied_operations, self.services.clock())
                 if folded:
@@ -683,11 +689,14 @@ class Drive:
         self.inflight.clear()
 
 
-def _traced_commit(seq: int, fence: int | None, label: str) -> None:
-    """A commit made inside a phase run is an event on its span (``runtime.tracing``)."""
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event(
-            "commit",
-            {"brainhands.seq": seq, "brainhands.fence": fence or 0, "brainhands.label": label},
-        )
+@contextlib.contextmanager
+def _commit_span(label: str, fence: int | None) -> Iterator[trace.Span]:
+    """A commit made inside a traced phase run is a span ``commit {label}``, a child of
+    the phase's (``runtime.tracing``): the store write's own time. Outside a recorded
+    span no span is made — the kernel's phases pay nothing for tracing they lack."""
+    if not trace.get_current_span().is_recording():
+        yield trace.INVALID_SPAN
+        return
+    attributes: dict[str, str | int] = {"brainhands.label": label, "brainhands.fence": fence or 0}
+    with TRACER.start_as_current_span(f"commit {label}", attributes=attributes) as span:
+        yield span

@@ -24,6 +24,7 @@ from contracts.tool import DispatchMode
 from examples.emails.client import EmailClient
 from examples.emails.tasks import notice_operation_id
 from hands.sandbox import container_name
+from runtime.tracing import phase_span_id
 from session_store import SessionStore, open_store
 from tests.support.example_servers import EMAIL_TOKEN, ExampleServers, example_servers
 from tests.support.five_emails import BATCH, check_invariants, submit
@@ -186,6 +187,48 @@ async def test_a_brain_killed_right_after_a_dispatch_leaves_its_span_to_the_hand
     assert sorted(waited) == sorted({s.attributes["gen_ai.tool.call.id"] for s in ran})
     assert {s.trace_id for s in waits} == {s.trace_id for s in tools}
     await store.close()
+
+
+async def test_a_phase_another_brain_resumes_links_to_the_killed_run(
+    servers: ExampleServers, images: dict[str, str], tmp_path: Path
+) -> None:
+    """Tracing on, the Brain is SIGKILLed inside the agent's first phase (its model call
+    answered, nothing committed yet); the next Brain runs that phase again. Its span is
+    in the same trace, a sibling of the killed run's (the root work's child), with a
+    link — not a parent — to the run it replaces; its model call and its commits are
+    spans with the GenAI and the store's attributes."""
+    store_url, store = await _store(tmp_path, servers)
+    rig = _rig(tmp_path, store_url, servers)
+    session = "resumed"
+    await submit(store, session)
+    with otlp_receiver() as receiver:
+        otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        hands = await rig.hands(**otlp)
+        try:
+            killed = await rig.brain(session, BH_CRASH_AT="call:after:model#1", **otlp)
+            assert killed == -signal.SIGKILL
+            assert await rig.brain(session, **otlp) == 0
+        finally:
+            await stop(hands)
+        agent = [s for s in receiver.named("invoke_agent ") if s.service == "brainhands-brain"]
+        chats = [s for s in receiver.spans if s.name.startswith("chat ")]
+        commits = [s for s in receiver.spans if s.name.startswith("commit ")]
+    async with EmailClient(servers.email_url, EMAIL_TOKEN) as email:
+        await check_invariants(store, email, session, "resumed phase")
+    await store.close()
+    (resumed,) = [s for s in agent if s.attributes["brainhands.task.attempts"] == 2]
+    rev = resumed.attributes["brainhands.task.rev"]
+    task_id = resumed.attributes["brainhands.task.id"]
+    killed_run = f"{phase_span_id(session, task_id, rev - 1):016x}"
+    assert resumed.links == (killed_run,)  # linked to the run it replaces
+    assert resumed.parent_span_id != killed_run and {s.trace_id for s in agent} == {
+        resumed.trace_id
+    }
+    assert chats and all(s.attributes["gen_ai.request.model"] for s in chats)
+    assert all(s.attributes["gen_ai.response.finish_reasons"] for s in chats)
+    assert {s.trace_id for s in chats} == {resumed.trace_id}
+    mine = [s for s in commits if s.parent_span_id == resumed.span_id]
+    assert mine and all(s.attributes["brainhands.seq"] > 0 for s in mine), commits
 
 
 async def test_crash_points_of_both_sides_recover(
