@@ -178,6 +178,15 @@ class Executor:
                 span.set_attribute("brainhands.executor", self.executor_id)
                 result = await self._handle(dispatch)
                 if result is not None:
+                    # one line per operation handled, with its ids (runtime.logs)
+                    log.info(
+                        "operation %s (%s): %s, %s%s",
+                        dispatch.operation_id,
+                        dispatch.tool,
+                        "succeeded" if result.succeeded else "failed",
+                        result.path,
+                        f", {result.termination}" if result.termination else "",
+                    )
                     span.set_attributes(
                         {
                             "brainhands.result.path": result.path,

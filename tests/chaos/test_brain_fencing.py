@@ -12,7 +12,9 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import CommitRecord, Outcome
 from coordination import redis_client
@@ -23,9 +25,11 @@ from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.processes import ROOT
-from tests.support.services import require
+from tests.support.services import free_ports, require
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.sqlite, pytest.mark.slow]
+
+METRICS_TOKEN = "fencing-test-scrape-token-0123456789"
 
 
 async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path: Path) -> None:
@@ -40,7 +44,8 @@ async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path
         redis_url, prefix=prefix, router=SessionRouter(store, Routes(client, prefix=prefix))
     )
     args = ("--plugin", "tests.support.brain_plugins:plugin", "--lease-seconds", "1")
-    first = _brain(store_url, redis_url, prefix, tmp_path / "a.log", args)
+    (port,) = free_ports(1)
+    first = _brain(store_url, redis_url, prefix, tmp_path / "a.log", args, probe_port=port)
     second: subprocess.Popen[bytes] | None = None
     try:
         await SessionClient(store).submit("s1", "r1", {"task": {"kind": "slow", "input": 3}})
@@ -60,6 +65,7 @@ async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path
         first.send_signal(signal.SIGCONT)  # A wakes up mid-phase with a stale fence
         await assert_eventually(lambda: _answered(store), within=30)
         await asyncio.sleep(4)  # A's phase (3 s) ends now: its outcome must be refused
+        dropped = await _drives_dropped(port)
     finally:
         for process in (first, second):
             if process is not None:
@@ -79,12 +85,34 @@ async def test_a_stopped_brain_resumed_after_a_takeover_commits_nothing(tmp_path
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.outcome is Outcome.SUCCEEDED
     assert task.result == {"by": claims[1].holder}
+    # A counted the drive it lost: dropped by fencing, or before its lease could lapse
+    assert dropped["fenced"] + dropped["lease_lost"] >= 1, dropped
     await store.close()
 
 
+async def _drives_dropped(port: int) -> dict[str, float]:
+    """Brain A's ``brainhands_brain_drives_total`` by outcome, scraped from its port."""
+    auth = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    async with httpx.AsyncClient() as http:
+        scraped = await http.get(f"http://127.0.0.1:{port}/metrics", headers=auth)
+    scraped.raise_for_status()
+    found = {"fenced": 0.0, "lease_lost": 0.0}
+    for family in text_string_to_metric_families(scraped.text):
+        for sample in family.samples:
+            if sample.name == "brainhands_brain_drives_total":
+                found[sample.labels["outcome"]] = sample.value
+    return found
+
+
 def _brain(
-    store_url: str, redis_url: str, prefix: str, log: Path, args: tuple[str, ...]
+    store_url: str,
+    redis_url: str,
+    prefix: str,
+    log: Path,
+    args: tuple[str, ...],
+    probe_port: int | None = None,
 ) -> subprocess.Popen[bytes]:
+    probes = {"BH_PROBE_PORT": str(probe_port), "BH_METRICS_TOKEN": METRICS_TOKEN}
     with log.open("ab") as out:
         return subprocess.Popen(
             [
@@ -102,7 +130,8 @@ def _brain(
             ],
             cwd=ROOT,
             env={k: v for k, v in os.environ.items() if k != "BH_NATS_URL"}
-            | {"PYTHONUNBUFFERED": "1"},
+            | {"PYTHONUNBUFFERED": "1"}
+            | (probes if probe_port is not None else {}),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

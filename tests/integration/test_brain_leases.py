@@ -255,14 +255,27 @@ async def test_leases_lost_to_blips_are_not_crashes(store: SessionStore, redis_u
     registry.add(kind("long", {"start": long_phase}, max_crashes=3))
     await SessionClient(store).submit("s1", "r1", {"task": {"kind": "long"}})
     faults = Faults(doomed_drives=3)
+    runners = [runner(store, registry, "brain-a"), runner(store, registry, "brain-b")]
     async with (
-        brain(runner(store, registry, "brain-a"), redis_url, prefix, faults=faults, ttl=1),
-        brain(runner(store, registry, "brain-b"), redis_url, prefix, faults=faults, ttl=1),
+        brain(runners[0], redis_url, prefix, faults=faults, ttl=1),
+        brain(runners[1], redis_url, prefix, faults=faults, ttl=1),
         waking(redis_url, prefix, "s1"),
     ):
         await assert_eventually(lambda: _answered(store), within=20)
     root = await _root(store)
     assert len(runs) == 4
+    # each lost lease is counted by the Brain that lost it, and its drive as lease_lost
+    registries = [each.services.metrics.registry for each in runners]
+    lost = sum(
+        r.get_sample_value("brainhands_brain_leases_lost_total", {"reason": reason}) or 0
+        for r in registries
+        for reason in ("lapsed", "taken")
+    )
+    dropped = sum(
+        r.get_sample_value("brainhands_brain_drives_total", {"outcome": "lease_lost"}) or 0
+        for r in registries
+    )
+    assert lost == dropped == 3, (lost, dropped)
     assert root.outcome is Outcome.SUCCEEDED, root.error
     assert root.crashes == 0
 

@@ -68,6 +68,14 @@ async def test_forged_wake_jobs_are_refused_counted_and_never_run(tmp_path: Path
             await asyncio.sleep(0.5)
             assert [marker.exists() for marker in markers] == [False, False, False]
             assert sum(service.refused_wakes.values()) == 6, service.refused_wakes
+            exported = service.metrics.registry.collect()
+            counted = sum(
+                sample.value
+                for family in exported
+                for sample in family.samples
+                if sample.name == "brainhands_brain_wakes_refused_total"
+            )
+            assert counted == 6, "each refused wake is in the Brain's metrics"
         failed = FailedJobRegistry(queue=as_json)  # rq info shows them
         assert len(failed.get_job_ids()) == 6
         statuses = {sync.hget(f"rq:job:{job_id}", "status") for job_id in failed.get_job_ids()}

@@ -27,13 +27,15 @@ from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
-from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus
+from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus, result_subject
 from contracts import SubmissionStatus, TaskStatus, utcnow
+from contracts.tool import ResultEvent
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.timer import Timer
 from coordination.wakes import RQWakes, due_key
 from hands.sandbox.process import ProcessSandbox
+from scheduler.metrics import SchedulerMetrics
 from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
 from session_store import SessionStore
 from session_store.submissions import SessionClient
@@ -56,6 +58,7 @@ class System:
     bus: Bus
     ledger: Path
     brain: BrainService
+    scheduler: Scheduler
 
 
 async def _call(ctx: PhaseContext) -> PhaseOutcome:
@@ -117,10 +120,10 @@ async def system(
         tasks = [asyncio.create_task(brain.run()), asyncio.create_task(scheduler.run())]
         try:
             if not hands:
-                yield System(store, SessionClient(store), wakes, bus, ledger, brain)
+                yield System(store, SessionClient(store), wakes, bus, ledger, brain, scheduler)
             else:
                 async with running_hands(store, ProcessSandbox(tmp_path / "runs"), bus):
-                    yield System(store, SessionClient(store), wakes, bus, ledger, brain)
+                    yield System(store, SessionClient(store), wakes, bus, ledger, brain, scheduler)
         finally:
             await scheduler.shutdown()
             await brain.shutdown()
@@ -140,6 +143,32 @@ async def test_a_result_event_wakes_a_brain_that_applies_it(
         await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
     assert len(runs(s.ledger)) == 1
     assert any(report.awaiting for report in s.brain.reports)  # it let go while waiting
+
+
+@pytest.mark.sqlite  # the store only answers "is there such a result": one backend
+async def test_a_result_event_the_store_does_not_back_is_refused_counted_and_wakes_nothing(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """Anyone who can publish on the bus can send a result event; the scheduler asks the
+    store, finds no such result, drops the event without a wake and counts it in
+    ``brainhands_scheduler_results_refused_total``. A real result behind it still wakes."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    async with system(tmp_path, location, registry) as s:
+        await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.2}})
+        forged = ResultEvent(operation_id="op-forged", session_id="s1", succeeded=True)
+        await s.bus.publish(result_subject("s1"), forged, msg_id="forged-1")
+        await assert_eventually(lambda: _refused(s.scheduler), within=20)
+        assert s.scheduler.woken["result"] == 0  # the forged event woke nobody
+        exported = SchedulerMetrics(s.scheduler).registry
+        assert exported.get_sample_value("brainhands_scheduler_results_refused_total") == 1
+        await s.wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
+        assert s.scheduler.refused == 1 and s.scheduler.woken["result"] == 1
+
+
+async def _refused(scheduler: Scheduler) -> bool:
+    return scheduler.refused == 1
 
 
 async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly(

@@ -15,8 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 
+from runtime.tracing import work_context
 from tests.support.images import tool_images
+from tests.support.otlp import otlp_receiver
 from tests.support.processes import ROOT
 from tests.support.services import missing, require
 
@@ -120,7 +123,15 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
     """``bh up --example five-emails``: the example's email service and model beside the
     system, ``send_email`` sandboxed on the Hands; ``bh submit`` and ``bh show``; then
     every service's metrics pass ``promtool check metrics`` and count what happened."""
-    env = system_env(tmp_path) | {"BH_LOG_FORMAT": "json"}
+    with otlp_receiver() as receiver:  # tracing on: log lines carry their trace ids
+        env = system_env(tmp_path) | {
+            "BH_LOG_FORMAT": "json",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        }
+        _five_emails_on_bh_up(tmp_path, env)
+
+
+def _five_emails_on_bh_up(tmp_path: Path, env: dict[str, str]) -> None:
     tool_images()  # skips locally (fails in CI) without Docker; builds what is missing
     started = bh(
         "up",
@@ -222,3 +233,16 @@ def _logs_are_json_lines_with_ids(logs: Path) -> None:
     calls = [line for line in lines if "chat/completions" in line["message"]]
     assert calls and all(line["service"] == "brain" for line in calls)
     assert all(line["session_id"] == "five" and line["task_id"] for line in calls)
+    # each email's line on the Hands names its operation, session, task and trace: the
+    # trace of the session's work, the one the Brain's lines name too
+    root = trace.get_current_span(work_context("five", "root.notify-1")).get_span_context()
+    work = f"{root.trace_id:032x}"
+    handled = [line for line in lines if line["service"] == "hands" and "operation_id" in line]
+    emails = {line["operation_id"] for line in handled if line["session_id"] == "five"}
+    assert len(emails) == 5, handled
+    assert all(
+        line["task_id"] and line["trace_id"] == work
+        for line in handled
+        if line["session_id"] == "five"
+    )
+    assert {line.get("trace_id") for line in calls} == {work}
