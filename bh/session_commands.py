@@ -341,14 +341,14 @@ def sessions(
         str | None, typer.Option(help="Only sessions with a root task of this kind.")
     ] = None,
     after: Annotated[
-        str | None, typer.Option(help="With --all: the session id the last page ended at.")
+        str | None, typer.Option(help="The session id the last page ended at.")
     ] = None,
     api_url: ApiUrl = None,
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
-    """List the sessions that may have work left, newest first; with --all every
-    session, by id."""
+    """List the sessions that have work left, or with --all every session; pages go
+    by id (--after), active ones shown newest first within a page."""
     found = run_client(
         SessionApiClient,
         api_url,
@@ -373,9 +373,10 @@ def sessions(
         return
     console.print(sessions_table(found.sessions))
     if found.next_after is not None:
-        errors.print(f"[yellow]more sessions[/]: the next page is --all --after {found.next_after}")
+        again = "--all --after" if every else "--after"
+        errors.print(f"[yellow]more sessions[/]: the next page is {again} {found.next_after}")
     elif found.truncated:
-        errors.print("[yellow]more sessions are active[/]: raise --limit")
+        errors.print("[yellow]more sessions match[/]: narrow the filters or raise --limit")
 
 
 @app.command()

@@ -1,6 +1,6 @@
-"""Listing sessions: the active ones (the active index, newest first) or, with ``all``,
-every session (the store's directory, in id order, paged with ``after``), narrowed by
-status and id prefix, and by what the caller's token covers.
+"""Listing sessions: the active ones (the active index) or, with ``all``, every session
+(the store's directory), both paged in id order with ``after``, narrowed by status, kind
+and id prefix, and by what the caller's token covers.
 
 Each listed session is loaded for its summary (``LOADS`` at once). Filters are applied
 to the summaries, so a filtered page reads at most ``SCAN_FACTOR`` times its limit of
@@ -10,11 +10,11 @@ ids before it answers with what it found and the cursor to go on from.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from contracts import BrainhandsError, InvalidInput
+from contracts import BrainhandsError
 from session_api.describe import session_summary
 from session_api.views import SessionList, SessionStatus, SessionSummary
 from session_store import SessionStore
@@ -26,6 +26,9 @@ LOADS: Final = 8
 SCAN_FACTOR: Final = 10
 _NEVER: Final = datetime.min.replace(tzinfo=UTC)
 
+
+#: one page of a sharded index: ``(ids, cursor of the next page)``
+Pages = Callable[..., Awaitable[tuple[list[str], str | None]]]
 
 _MATCHES: Final[dict[SessionStatus, Callable[[SessionSummary], bool]]] = {
     SessionStatus.ACTIVE: lambda s: s.active,
@@ -59,30 +62,32 @@ class Listing:
             return False
         return self.status is None or _MATCHES[self.status](summary)
 
-    async def active(self) -> SessionList:
-        """The active index's sessions, newest first."""
-        narrowed = self.grant.restricted or self.status or self.prefix or self.kind
-        scan = self.limit * SCAN_FACTOR if narrowed else self.limit
-        scanned, complete = await self.store.some_active_sessions(scan)
-        ids = [s for s in scanned if self.grant.covers(s) and s.startswith(self.prefix)]
-        found = [s for s in await self._summaries(ids) if self._wanted(s)]
-        complete = complete and len(found) <= self.limit
-        ordered = sorted(found, key=lambda s: s.updated_at or _NEVER, reverse=True)
-        return SessionList(sessions=ordered[: self.limit], truncated=not complete)
+    async def active(self, after: str | None = None) -> SessionList:
+        """The active index's sessions after ``after``: each page holds the next ids in
+        id order, shown newest first; a session the index still lists after it finished
+        is left out (the reconciler sweeps its marker)."""
+        found = await self._paged(self.store.index.page, after, lambda s: s.active)
+        found.sessions.sort(key=lambda s: s.updated_at or _NEVER, reverse=True)
+        return found
 
     async def every(self, after: str | None = None) -> SessionList:
-        """Every session from the directory, in id order, after ``after``; a page ends
-        at ``limit`` sessions or ``SCAN_FACTOR`` times as many ids read."""
+        """Every session from the directory, in id order, after ``after``."""
+        return await self._paged(self.store.directory.page, after, lambda s: s.seq > 0)
+
+    async def _paged(
+        self, source: Pages, after: str | None, listed: Callable[[SessionSummary], bool]
+    ) -> SessionList:
+        """The sessions of ``source`` after ``after`` that are ``listed`` and wanted; a
+        page ends at ``limit`` sessions or ``SCAN_FACTOR`` times as many ids read."""
         found: list[SessionSummary] = []
         cursor, budget = after, self.limit * SCAN_FACTOR
         while budget > 0:
-            ids, more = await self.store.directory.page(
-                after=cursor, prefix=self.prefix, limit=min(self.limit, budget)
-            )
+            page = min(self.limit, budget)
+            ids, more = await source(after=cursor, prefix=self.prefix, limit=page)
             budget -= len(ids)
             for summary in await self._summaries([s for s in ids if self.grant.covers(s)]):
-                written = summary.seq > 0 or summary.problem is not None
-                if written and self._wanted(summary):
+                shown = listed(summary) or summary.problem is not None
+                if shown and self._wanted(summary):
                     found.append(summary)
             if len(found) >= self.limit:
                 last = found[self.limit - 1].session_id
@@ -113,8 +118,3 @@ class Listing:
                     problem=f"{error.code}: {error.message}",
                 )
         return session_summary(handle.state)
-
-
-def check_paging(every: bool, after: str | None) -> None:
-    if after is not None and not every:
-        raise InvalidInput("after pages the list of every session: add all=true", field="after")

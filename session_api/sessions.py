@@ -26,7 +26,7 @@ from contracts import (
 from contracts.errors import ErrorBody
 from session_api.context import ApiContext
 from session_api.describe import control_body, session_view, submission_view
-from session_api.listing import Listing, check_paging
+from session_api.listing import Listing
 from session_api.stream import SessionStream
 from session_api.views import (
     AnswerRequest,
@@ -151,8 +151,8 @@ def sessions_router(context: ApiContext) -> APIRouter:
             bool,
             Query(
                 alias="all",
-                description="Every session (finished ones too), in id order, paged with "
-                "`after`; without: the sessions that may have work left, newest first.",
+                description="Every session (finished ones too); without: the sessions "
+                "that have work left. Both are paged in id order with `after`.",
             ),
         ] = False,
         status: Annotated[
@@ -167,19 +167,19 @@ def sessions_router(context: ApiContext) -> APIRouter:
         ] = None,
         after: Annotated[
             str | None,
-            Query(max_length=200, description="With all: the `next_after` of the last page."),
+            Query(max_length=200, description="The `next_after` of the last page."),
         ] = None,
     ) -> SessionList:
-        """Sessions the token covers: those that may have work left, newest first, or
-        with ``all`` every session in id order; ``status`` and ``prefix`` narrow it."""
+        """Sessions the token covers: those that have work left or, with ``all``, every
+        session; pages of ids in id order (each page of active ones shown newest first),
+        ``after`` going on from the last; ``status``, ``kind`` and ``prefix`` narrow it."""
         bound = context.list_limit
         if limit is not None and limit > bound:
             raise InvalidInput(f"limit {limit} is above this API's bound {bound}", field="limit")
-        check_paging(every, after)
         listing = Listing(
             context.store, grant, limit=limit or bound, status=status, prefix=prefix, kind=kind
         )
-        return await (listing.every(after) if every else listing.active())
+        return await (listing.every(after) if every else listing.active(after))
 
     @router.get("/{session_id}", responses=_ERRORS)
     async def get_session(

@@ -5,22 +5,20 @@ operator looking for yesterday's session needs every one. A marker is written be
 session's first commit (so a crash right after the commit never leaves a session out;
 a marker whose commit never landed is a session without commits, which readers skip),
 and never removed. Markers are spread over fixed shard partitions; a page merges the
-shards in id order, so listing costs one bounded read per shard, whatever the total.
+shards in id order (``session_store.shards``).
 Sessions created before the directory existed are not in it (``bh show`` still reads
 them by id).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Final
 
+from session_store import shards
 from session_store.backend import Backend
 
 SHARDS: Final = 16
-#: the greatest code point: a key ending with it sorts after every key it begins
-_MAX_CHAR: Final = "\U0010ffff"
 
 
 def partition(session_id: str) -> str:
@@ -44,18 +42,6 @@ class SessionDirectory:
     ) -> tuple[list[str], str | None]:
         """Up to ``limit`` session ids after ``after`` that begin with ``prefix``, in id
         order, and the cursor of the next page (None: this was the last)."""
-        start = max(after or "", _before(prefix)) or None
-        pages = await asyncio.gather(
-            *(self._backend.items(part, after=start, limit=limit + 1) for part in partitions())
+        return await shards.page(
+            self._backend, partitions(), after=after, prefix=prefix, limit=limit
         )
-        found = sorted(name for page in pages for name, _ in page if name.startswith(prefix))
-        if len(found) > limit:
-            return found[:limit], found[limit - 1]
-        return found, None
-
-
-def _before(prefix: str) -> str:
-    """A key below every key that begins with ``prefix`` (and above most that do not)."""
-    if not prefix:
-        return ""
-    return prefix[:-1] + chr(ord(prefix[-1]) - 1) + _MAX_CHAR

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from session_store import layout
+from session_store import layout, shards
 from session_store.backend import Backend
 
 
@@ -40,3 +40,12 @@ class ActiveIndex:
         for partition in layout.active_partitions():
             for session_id in await self._backend.keys(partition):
                 yield session_id
+
+    async def page(
+        self, *, after: str | None = None, prefix: str = "", limit: int = 100
+    ) -> tuple[list[str], str | None]:
+        """Up to ``limit`` marked session ids after ``after`` that begin with ``prefix``,
+        in id order, and the cursor of the next page (None: this was the last)."""
+        return await shards.page(
+            self._backend, layout.active_partitions(), after=after, prefix=prefix, limit=limit
+        )

@@ -14,18 +14,31 @@ from typing import Annotated, Any, Final
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import ValidationError
 
-from contracts import BrainhandsError, InvalidInput, NotFound, utcnow
+from contracts import (
+    BrainhandsError,
+    InvalidInput,
+    NotFound,
+    Operation,
+    OperationResult,
+    utcnow,
+)
 from coordination.incarnations import BrainBeat
 from session_api.console.graph import task_rows
 from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
 from session_api.console.timeline import timeline
 from session_api.context import ApiContext
 from session_api.describe import session_view
-from session_api.listing import Listing, check_paging
+from session_api.listing import Listing
 from session_api.metrics import Backlog
 from session_api.sessions import answer_question, cancel_work, fork_session
 from session_api.views import AnswerRequest, CancelRequest, ForkRequest, SessionStatus
@@ -55,7 +68,13 @@ _templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_templates.filters["json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+_templates.filters["json"] = _json
 _templates.filters["url"] = lambda value: quote(str(value), safe="")
 _templates.filters["time"] = lambda value: "" if value is None else f"{value:%Y-%m-%d %H:%M:%S}"
 
@@ -136,29 +155,32 @@ def console_router(
     async def sessions(
         request: Request,
         every: Annotated[bool, Query(alias="all")] = False,
-        status: SessionStatus | None = None,
+        status: Annotated[str, Query(max_length=40)] = "",  # the form's "any" sends ""
         prefix: Annotated[str, Query(max_length=200)] = "",
         kind: Annotated[str, Query(max_length=200)] = "",
         after: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         grant = _reader(request)
-        check_paging(every, after)
+        try:
+            wanted = SessionStatus(status) if status else None
+        except ValueError:
+            raise InvalidInput(f"no session status {status!r}", field="status") from None
         listing = Listing(
             context.store,
             grant,
             limit=LIST_PAGE,
-            status=status,
+            status=wanted,
             prefix=prefix,
             kind=kind or None,
         )
-        found = await (listing.every(after) if every else listing.active())
+        found = await (listing.every(after) if every else listing.active(after))
         return _page(
             "sessions.html",
             request,
             grant,
             found=found,
             every=every,
-            status=status.value if status else "",
+            status=status,
             prefix=prefix,
             kind=kind,
             statuses=[s.value for s in SessionStatus],
@@ -204,23 +226,56 @@ def console_router(
         values = await _session_values(session_id, grant, older)
         return _page("live.html", request, grant, **values)
 
-    @router.get("/operations/{operation_id}")
-    async def operation(request: Request, operation_id: str) -> HTMLResponse:
+    async def _operation(request: Request, operation_id: str) -> tuple[Grant, Operation]:
         grant = _reader(request)
         record = await context.store.get_operation(operation_id)
         if record is None or not grant.covers(record.session_id):
             raise NotFound(f"no operation {operation_id!r}", operation_id=operation_id)
+        return grant, record
+
+    async def _result(operation_id: str) -> tuple[OperationResult, str] | None:
+        """The result and its whole output as text (its blob, or the inline JSON)."""
         result = await context.store.get_operation_result(operation_id)
-        output, cut = None, False
-        if result is not None:
-            output = result.output
-            if result.blob is not None:
-                data = await context.store.get_blob(result.blob)
-                output = data[:OUTPUT_CHARS].decode("utf-8", "replace")
-                cut = len(data) > OUTPUT_CHARS
+        if result is None:
+            return None
+        if result.blob is not None:
+            data = await context.store.get_blob(result.blob)
+            return result, data.decode("utf-8", "replace")
+        output = result.output
+        return result, output if isinstance(output, str) else _json(output)
+
+    async def _finished(request: Request, operation_id: str) -> tuple[OperationResult, str]:
+        await _operation(request, operation_id)
+        found = await _result(operation_id)
+        if found is None:
+            raise NotFound(f"operation {operation_id!r} has no result yet")
+        return found
+
+    @router.get("/operations/{operation_id}")
+    async def operation(request: Request, operation_id: str) -> HTMLResponse:
+        grant, record = await _operation(request, operation_id)
+        result, output = await _result(operation_id) or (None, "")
         return _page(
-            "operation.html", request, grant, op=record, result=result, output=output, cut=cut
+            "operation.html",
+            request,
+            grant,
+            op=record,
+            result=result,
+            output=output[:OUTPUT_CHARS],
+            cut=len(output) > OUTPUT_CHARS,
         )
+
+    @router.get("/operations/{operation_id}/output")
+    async def operation_output(request: Request, operation_id: str) -> PlainTextResponse:
+        """The whole output the result holds."""
+        _, output = await _finished(request, operation_id)
+        return PlainTextResponse(output, headers=_HEADERS)
+
+    @router.get("/operations/{operation_id}/log")
+    async def operation_log(request: Request, operation_id: str) -> PlainTextResponse:
+        """The end of the run's log, as much as the Hands kept (``log_tail_bytes``)."""
+        result, _ = await _finished(request, operation_id)
+        return PlainTextResponse(result.log_tail, headers=_HEADERS)
 
     @router.get("/fleet")
     async def fleet(request: Request) -> HTMLResponse:

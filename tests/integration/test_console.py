@@ -4,6 +4,8 @@ render a session's graph, timeline and operations; its actions are the API's own
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts import Operation, OperationResult
 from contracts.fleet import DispatchQueue, HandsBeat, RunningOperation
+from session_api.console.pages import LIST_PAGE
 from tests.integration.test_session_api import TOKEN, Api, open_api
 
 
@@ -172,3 +176,66 @@ async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api:
     assert "0 of 2" in dead and "silent" in dead and 'class="hands-instance stale"' in page
     stream = page[page.index('class="queue"') :]
     assert "<td>7</td><td>1</td><td>42.0 s</td>" in stream and "hands-live" in stream
+
+
+async def test_an_operation_page_links_its_whole_output_and_log(api: Api) -> None:
+    """The page shows an excerpt; its links serve the whole output (inline JSON or the
+    result's blob) and the log the Hands kept, as plain text behind the same grant."""
+    store = api.k.store
+    await api.submit("r1", "hi")
+    big = {"lines": [f"line {n:05d}" for n in range(4_000)]}  # > OUTPUT_CHARS as JSON
+    output, blob = await store.put_output(big)
+    assert blob is not None, "the output is large enough to be a blob"
+    for operation_id, stored, ref in (("op-big", output, blob), ("op-small", {"ok": 1}, None)):
+        await store.create_operation(
+            Operation(operation_id=operation_id, session_id="s1", tool="shell")
+        )
+        await store.put_operation_result(
+            OperationResult(
+                operation_id=operation_id,
+                session_id="s1",
+                succeeded=True,
+                output=stored,
+                blob=ref,
+                log_tail="starting\n<b>done</b>\n",
+            )
+        )
+    async with browser(api) as client:
+        page = (await client.get("/console/operations/op-big")).text
+        assert "(truncated: the first" in page
+        assert 'href="/console/operations/op-big/output"' in page
+        assert 'href="/console/operations/op-big/log"' in page
+        whole = await client.get("/console/operations/op-big/output")
+        assert whole.status_code == 200 and whole.headers["content-type"].startswith("text/plain")
+        assert whole.headers["x-content-type-options"] == "nosniff"
+        assert json.loads(whole.text) == big
+        small = await client.get("/console/operations/op-small/output")
+        assert json.loads(small.text) == {"ok": 1}
+        log = await client.get("/console/operations/op-big/log")
+        assert log.text == "starting\n<b>done</b>\n"
+        assert log.headers["content-type"].startswith("text/plain")
+        missing = await client.get("/console/operations/op-none/output")
+        assert missing.status_code == 404
+    async with httpx.AsyncClient(base_url=api.url) as anonymous:
+        refused = await anonymous.get("/console/operations/op-big/output")
+        assert refused.status_code == 303 and refused.headers["location"] == "/console/login"
+
+
+async def test_the_list_of_sessions_with_work_left_is_paged(api: Api) -> None:
+    for n in range(LIST_PAGE + 3):
+        await api.submit("r1", "hi", session=f"p{n:03d}")
+    async with browser(api) as client:
+        first = (await client.get("/console/sessions")).text
+        shown = re.findall(r'<a href="/console/sessions/(p\d+)">', first)
+        assert len(shown) == LIST_PAGE
+        link = re.search(r'class="next" href="([^"]+)"', first)
+        assert link is not None and "all=true" not in link.group(1)
+        rest = (await client.get(html.unescape(link.group(1)))).text
+        more = re.findall(r'<a href="/console/sessions/(p\d+)">', rest)
+    assert sorted(shown + more) == [f"p{n:03d}" for n in range(LIST_PAGE + 3)]
+    assert 'class="next"' not in rest
+    async with browser(api) as client:  # the filter form's "any" status sends status=
+        anyone = await client.get("/console/sessions", params={"status": "", "prefix": "p05"})
+        assert anyone.status_code == 200 and anyone.text.count('<a href="/console/sessions/p') == 3
+        wrong = await client.get("/console/sessions", params={"status": "done"})
+        assert wrong.status_code == 422 and "no session status 'done'" in wrong.text

@@ -392,6 +392,29 @@ async def test_active_sessions_are_listed_with_a_summary(api: Api) -> None:
     assert too_many.status_code == 422 and too_many.json()["error"]["details"]["field"] == "limit"
 
 
+async def test_active_sessions_are_paged_in_id_order_with_after(api: Api) -> None:
+    """Each page holds the next ``limit`` active ids (shown newest first); ``next_after``
+    goes on from there, so every active session is listed once whatever their number;
+    a finished session whose marker is still in the index is not listed."""
+    for session in ("a1", "a2", "a3", "a4", "a5"):
+        await api.submit("r1", session=session)
+    calc = {"task": {"kind": "calc", "input": {"n": 2}}}
+    await api.submit("r1", calc, session="a0")
+    await api.k.run("a0")  # finished; its marker stays until a sweep
+    await api.k.store.index.mark("a0")
+    seen: list[str] = []
+    after = None
+    for _ in range(4):
+        query = "/v1/sessions?limit=2" + (f"&after={after}" if after else "")
+        page = (await api.http.get(query)).json()
+        seen += [s["session_id"] for s in page["sessions"]]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert seen == ["a2", "a1", "a4", "a3", "a5"]  # pages by id, each newest first
+    assert page["truncated"] is False
+
+
 async def test_events_start_with_the_view_and_resume_after_the_last_id(api: Api) -> None:
     await api.submit("r1")
     async with events(api) as stream:
