@@ -126,7 +126,7 @@ class Drive:
         """Drive until nothing can move; False when a newer holder fenced this one out or
         this process can no longer prove its lease."""
         try:
-            if await self._idle():
+            if await self.idle():
                 self.fence = self.handle.fence if fence is None else fence
                 return True  # nothing to do: nothing written, not even a claim
             await self._claim(fence)
@@ -170,7 +170,7 @@ class Drive:
         """A deferred commit: the pending previews and nothing else."""
         await self._commit(lambda b: None, PROGRESS_LABEL, wake=lambda: False)
 
-    async def _idle(self) -> bool:
+    async def idle(self) -> bool:
         """Whether a planning pass would change nothing (read-only: commits nothing)."""
         if self.handle.state.outbox and self.services.relay is not None:
             return False

@@ -19,8 +19,9 @@ metric                                           type       labels
 
 Drive outcomes: ``driven`` (ran to where it could not move), ``fenced`` (a newer fence
 took the session mid-drive: the store refused this drive's commits), ``lease_lost``
-(dropped before the lease could lapse or after another holder took it) and ``busy``
-(another Brain drives it; the wake goes back to the queue). Latencies across processes
+(dropped before the lease could lapse or after another holder took it), ``busy``
+(another Brain drives it; the wake goes back to the queue) and ``idle`` (the look found
+nothing to do: no lease taken, nothing written). Latencies across processes
 (a wake's enqueue, a result's end) compare two hosts' clocks: they are what an operator
 watches, never what decides anything.
 """

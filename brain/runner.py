@@ -82,20 +82,36 @@ class SessionRunner:
             handle = await self.store.session(session_id)
         drive = Drive(self, handle, lease=lease, holder_alive=holder_alive)
         held = await drive.run(fence)
-        state = handle.state
-        return DriveReport(
-            session_id=session_id,
-            runner_id=self.services.runner_id,
-            fence=drive.fence,
-            commits=drive.commits,
-            phases=drive.phases,
-            active=state.is_active,
-            fenced=not held,
-            blocked=drive.plan.blocked,
-            parked=_parked(state.tasks.values(), drive.uncertain),
-            next_wake_at=drive.plan.next_wake_at,
-            awaiting=tuple(sorted(drive.awaiting)),
-        )
+        return _report(drive, held)
+
+    async def look(
+        self, handle: SessionHandle, *, holder_alive: HolderAlive | None = None
+    ) -> DriveReport | None:
+        """The report of a drive of ``handle`` that would find nothing to do (read-only:
+        it writes nothing, so it needs no lease and no fence), or None when a drive has
+        something to do."""
+        drive = Drive(self, handle, holder_alive=holder_alive)
+        if not await drive.idle():
+            return None
+        drive.fence = handle.fence
+        return _report(drive, held=True)
+
+
+def _report(drive: Drive, held: bool) -> DriveReport:
+    state = drive.handle.state
+    return DriveReport(
+        session_id=state.session_id,
+        runner_id=drive.services.runner_id,
+        fence=drive.fence,
+        commits=drive.commits,
+        phases=drive.phases,
+        active=state.is_active,
+        fenced=not held,
+        blocked=drive.plan.blocked,
+        parked=_parked(state.tasks.values(), drive.uncertain),
+        next_wake_at=drive.plan.next_wake_at,
+        awaiting=tuple(sorted(drive.awaiting)),
+    )
 
 
 def _parked(tasks: Iterable[Task], uncertain: dict[str, str]) -> dict[str, str]:

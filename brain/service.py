@@ -230,6 +230,13 @@ class BrainService:
         # is what the drive starts from — everything that caused this wake was committed
         # before the wake was queued, and anything committed later queues a wake of its own.
         handle = await self.runner.store.session(session_id)
+        # A wake that finds nothing to do (a duplicate, a late result event, news another
+        # Brain already applied) writes nothing: it looks without a lease, so it costs
+        # Redis nothing and consumes no fence, and the session's claimant keeps its own.
+        looked = await self.runner.look(handle, holder_alive=self.holder_alive)
+        if looked is not None:
+            self.metrics.drive("idle")
+            return await self._after(looked)
         sent_at = time.monotonic()
         lease = await self.leases.acquire(
             session_id,
@@ -265,12 +272,16 @@ class BrainService:
             finally:
                 with contextlib.suppress(Exception):
                     await self.leases.release(lease)
-        self.reports.append(report)
         self.metrics.drive("fenced" if report.fenced else "driven")
+        return await self._after(report)
+
+    async def _after(self, report: DriveReport) -> str:
+        """What a drive (or a look) leaves to do: its timer's wake, its watch."""
+        self.reports.append(report)
         if report.next_wake_at is not None and not report.fenced:
-            await self.wakes.wake(session_id, reason="timer", at=report.next_wake_at)
+            await self.wakes.wake(report.session_id, reason="timer", at=report.next_wake_at)
         if report.awaiting and not report.fenced:
-            await self.wakes.attention.watch(session_id, after=self.watch_after)
+            await self.wakes.attention.watch(report.session_id, after=self.watch_after)
         return f"fence {report.fence}: {report.commits} commits, active={report.active}"
 
     async def _keep(self, proof: LeaseProof, driving: asyncio.Task[DriveReport]) -> None:

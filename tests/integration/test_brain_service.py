@@ -163,6 +163,37 @@ async def test_a_brain_woken_again_for_a_session_it_claimed_writes_no_second_cla
     wakes.close()
 
 
+async def test_a_brain_that_finds_nothing_to_do_takes_no_lease_and_no_fence(
+    location: StoreLocation, redis_url: str
+) -> None:
+    """Brain B is woken for a session Brain A claimed and finds nothing to do: it looks
+    without leasing (nothing to write needs no fence), so A's next wake gets its fence
+    back and writes no second claim (the console showed one claim per email)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await location.open()
+    registry = Registry()
+    registry.add(kind("echo", {"start": _echo}))
+    client = SessionClient(store)
+    async with (
+        brain(store, redis_url, prefix, "brain-a", registry) as a,
+        brain(store, redis_url, prefix, "brain-b", registry) as b,
+    ):
+        redis = redis_client.connect(redis_url)
+        await client.submit("s1", "r1", {"task": {"kind": "echo", "input": 1}})
+        await a.drive("s1")
+        for _ in range(3):
+            said = await b.drive("s1")  # a late or duplicated wake: nothing to do
+            assert "0 commits" in said, said
+        await client.submit("s1", "r2", {"task": {"kind": "echo", "input": 2}})
+        await a.drive("s1")
+        assert await _answered(store, "s1", "r2")
+        counter = await redis.get(RedisLeases(redis, prefix=prefix).fence_key("s1"))
+        await redis.aclose()
+    claims = [c for c in await store.commits("s1") if c.claim]
+    assert [(c.fence, c.holder) for c in claims] == [(1, a.holder)]
+    assert int(counter) == 1, "an idle look consumed no fence"
+
+
 async def test_a_newer_lease_holder_fences_out_the_older_one(
     location: StoreLocation, redis_url: str
 ) -> None:
