@@ -21,7 +21,7 @@ from fastapi.responses import (
     RedirectResponse,
     Response,
 )
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from pydantic import ValidationError
 
 from contracts import (
@@ -65,6 +65,7 @@ _HEADERS: Final = {
 _templates = Environment(
     loader=FileSystemLoader(HERE / "templates"),
     autoescape=select_autoescape(default=True),
+    undefined=StrictUndefined,  # a misspelt field fails the page (and its tests), not blank
     trim_blocks=True,
     lstrip_blocks=True,
 )
@@ -84,6 +85,11 @@ def _page(template: str, request: Request, grant: Grant, **values: Any) -> HTMLR
         grant=grant, csrf=csrf_token(grant), notice=request.query_params.get("notice"), **values
     )
     return HTMLResponse(body, headers=_HEADERS)
+
+
+def _login_page(problem: str | None, status: int = 200) -> HTMLResponse:
+    body = _templates.get_template("login.html").render(problem=problem, grant=None, notice=None)
+    return HTMLResponse(body, status_code=status, headers=_HEADERS)
 
 
 def _reader(request: Request) -> Grant:
@@ -111,16 +117,14 @@ def console_router(
 
     @router.get("/login")
     async def login_form(request: Request) -> HTMLResponse:
-        body = _templates.get_template("login.html").render(problem=None)
-        return HTMLResponse(body, headers=_HEADERS)
+        return _login_page(None)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
         form = await read_form(request)
         grant = login_grant(grants, form.get("token", ""))
         if grant is None:
-            body = _templates.get_template("login.html").render(problem="That token is not valid.")
-            return HTMLResponse(body, status_code=401, headers=_HEADERS)
+            return _login_page("That token is not valid.", status=401)
         response = RedirectResponse(f"{COOKIE.prefix}/sessions", 303)
         response.set_cookie(
             COOKIE.name,

@@ -20,6 +20,7 @@ import shutil
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +33,23 @@ from pydantic import SecretStr
 from bh.devstack.process import read_pidfile
 from bh.example_stack import EMAIL_PORT
 from brain.context import PhaseContext
+from brain.model.scripted import Script, scripted_app
+from brain.model.settings import ModelSettings
 from brain.outcome import Done, Effects, PhaseOutcome, TaskSpec, Wait
 from brain.registry import Registry
-from contracts.question import Question
+from brain.runner import DriveReport
+from brain.worker import WorkerSettings, run_worker
+from contracts import PROGRESS_DOCUMENT
+from contracts.question import ApprovalRule, Question
 from examples.emails.client import EmailClient
 from runtime.tracing import work_context
 from session_api.app import create_app
+from session_api.stream import StreamSettings
+from session_store import SessionStore, open_store
+from session_store.submissions import SessionClient
 from tests.integration.test_system import bh, system_env
-from tests.support.http_server import serve
+from tests.support.eventually import assert_eventually
+from tests.support.http_server import free_port, serve
 from tests.support.images import tool_images
 from tests.support.kernel import kernel, kind
 from tests.support.otlp import Receiver, otlp_receiver
@@ -285,3 +295,173 @@ def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     )
     tree = receiver.tree(expected, keys, root=f"{root.span_id:016x}")
     (where / "trace-five-emails.txt").write_text(tree)
+
+
+#: wraps the page's EventSource to record the id of every commit event it receives
+#: (test-side only: the console's own script is not changed for the test)
+RECORD_COMMITS = """
+(() => {
+  const Original = window.EventSource;
+  window.seenCommits = [];
+  window.EventSource = function (url, options) {
+    const source = new Original(url, options);
+    source.addEventListener("commit", (e) => window.seenCommits.push(Number(e.lastEventId)));
+    return source;
+  };
+  window.EventSource.prototype = Original.prototype;
+})();
+"""
+APPROVALS = ApprovalRule(
+    tool="echo", when={"properties": {"text": {"const": "launch"}}, "required": ["text"]}
+)
+#: the call is approved or denied on the page; then the answer streams, slowly enough
+#: (60 words, 0.1 s apart) that the page shows it as a preview first
+STREAMED = " ".join(f"w{n}" for n in range(60))
+APPROVAL_SCRIPT = {
+    "model": "m",
+    "turns": [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "launch"}}]},
+        {"content": STREAMED, "stream_pause": 0.1},
+    ],
+}
+
+
+class Restartable:
+    """The Session API on one fixed port, stopped (open streams cut after 1 s, as a
+    crashed or redeployed API would cut them) and started again."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        assert self._server is not None and self._task is not None
+        self._server.should_exit = True
+        await self._task
+
+
+async def test_the_page_filters_approves_denies_streams_and_resumes_after_its_api_restarts(
+    tmp_path: Path, chromium: Browser
+) -> None:
+    """Sessions waiting for a person and blocked ones are found by the status filter;
+    an approval is approved on one page and denied on another; the page of the
+    approved one stays open while its Session API is stopped, the Brain works on (the
+    call runs, the answer starts streaming) and the API comes back: the page resumes
+    after the last commit it had — every commit event once, none missed — shows the
+    answer streaming as a preview, then answered."""
+    store = await open_store(f"sqlite:///{tmp_path}/console.db")
+    client = SessionClient(store)
+    for session in ("approve-me", "deny-me"):
+        await client.submit(session, "r1", {"text": "launch it, then report"})
+    await client.submit("stuck", "r1", {"task": {"kind": "no-such-kind"}})
+    script = Script.model_validate(APPROVAL_SCRIPT)
+    async with serve(scripted_app(script, token="t")) as model_url:
+
+        async def drive(session: str) -> DriveReport:
+            settings = WorkerSettings(
+                store_url=store.backend.description,
+                session_id=session,
+                plugins=("tests.support.agent_plugins:plugin",),
+                model=ModelSettings(
+                    base_url=f"{model_url}/v1", api_key=SecretStr("t"), model="m", stream=True
+                ),
+                approvals=(APPROVALS,),
+            )
+            return await run_worker(settings)
+
+        for session in ("approve-me", "deny-me"):
+            assert (await drive(session)).active
+        stuck = await drive("stuck")  # no Brain runs that kind: what a router reports
+        assert stuck.active and stuck.blocked
+        await client.report_blocked("stuck", dict(stuck.blocked))
+        fast = StreamSettings(retry=timedelta(milliseconds=300), idle_poll=timedelta(seconds=0.3))
+        api = Restartable(create_app(store=store, wakes=None, token=SecretStr(TOKEN), streams=fast))
+        await api.start()
+        page = await log_in(chromium, api.url, TOKEN)
+        try:
+            await _filters(page, api.url)
+            await page.goto(f"{api.url}/console/sessions/deny-me")
+            await page.fill("tr.question input[name=why]", "not today")
+            await page.click("tr.question button:has-text('Deny')")
+            await expect(page.locator("p.notice")).to_contain_text("accepted")
+            assert not (await drive("deny-me")).active
+            await page.reload()
+            denied = page.locator("li.entry.tool_result", has_text="denied")
+            await expect(denied).to_contain_text("not today")
+
+            await page.add_init_script(RECORD_COMMITS)
+            await page.goto(f"{api.url}/console/sessions/approve-me")
+            await expect(page.locator("#stream-state")).to_contain_text("live")
+            await page.click("tr.question button:has-text('Approve')")
+            await expect(page.locator("p.notice")).to_contain_text("accepted")
+            await expect(page.locator("#stream-state")).to_contain_text("live")
+            before = (await store.session("approve-me")).seq
+            await expect(page.locator("#stream-state")).to_contain_text(f"seq {before}")
+            await api.stop()
+            await expect(page.locator("#stream-state")).to_contain_text("connection lost")
+
+            driving = asyncio.create_task(drive("approve-me"))
+            await _until_previewed(store, "approve-me")  # the call ran; text is streaming
+            missed = (await store.session("approve-me")).seq - before
+            assert missed >= 3, "the page is behind by the call's commits and a preview"
+            await api.start()
+            streaming = page.locator("section.previews pre")
+            await expect(streaming).to_contain_text("w1 w2", timeout=15_000)
+            await expect(page.locator("section.previews")).to_contain_text("preview")
+            assert not (await driving).active
+            answered = page.locator("tr[data-request='r1'] .pill.answered")
+            await expect(answered).to_be_visible(timeout=15_000)
+            await expect(page.locator("section.previews")).to_have_count(0)
+            last = (await store.session("approve-me")).seq
+            await expect(page.locator("#stream-state")).to_contain_text(f"seq {last}")
+            seen: list[int] = await page.evaluate("window.seenCommits")
+            assert seen == list(range(before + 1, last + 1)), "each commit once, in order"
+            await page.screenshot(
+                path=str(shots(tmp_path) / "console-approved.png"), full_page=True
+            )
+        finally:
+            await page.close()
+            await api.stop()
+    await store.close()
+
+
+async def _filters(page: Page, url: str) -> None:
+    await page.goto(f"{url}/console/sessions?status=waiting_for_input")
+    listed = page.locator("table.sessions tr.session")
+    await expect(listed).to_have_count(2)
+    await expect(page.locator("table.sessions")).to_contain_text("approve-me")
+    await expect(page.locator("table.sessions")).to_contain_text("deny-me")
+    await page.select_option("select[name=status]", "blocked")
+    await page.click("form.filters button[type=submit]")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text("stuck")
+
+
+async def _until_previewed(store: SessionStore, session: str) -> None:
+    async def previewed() -> bool:
+        handle = await store.session(session)
+        progress = handle.state.documents.get(PROGRESS_DOCUMENT)
+        return progress is not None and bool(progress.body)
+
+    await assert_eventually(previewed, within=20)
