@@ -16,6 +16,7 @@ from pydantic import JsonValue
 from bh.api_client import ApiClient
 from contracts import (
     OperationStatus,
+    SettleRequest,
 )
 from contracts.model import Frozen
 from contracts.tool import ToolDefinition, ToolRevision
@@ -25,7 +26,6 @@ from hands.api.views import (
     GrantRequest,
     OperationList,
     OperationView,
-    SettleRequest,
     ToolHistory,
     ToolList,
     Verification,

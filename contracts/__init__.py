@@ -56,6 +56,7 @@ from contracts.operation import (
     OperationStatus,
     OutputPreview,
     ReplayPolicy,
+    SettleRequest,
 )
 from contracts.outbox import OutboxMessage
 from contracts.question import (
@@ -156,6 +157,7 @@ __all__ = [
     "ReplayPolicy",
     "RequestId",
     "SandboxTimeout",
+    "SettleRequest",
     "SleepCondition",
     "StoreMissing",
     "StoreUnavailable",

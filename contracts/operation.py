@@ -157,3 +157,13 @@ class OperationResult(Frozen):
     container: str | None = None
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime = Field(default_factory=utcnow)
+
+
+class SettleRequest(Frozen):
+    """An operator's decision on an ``uncertain`` operation: what happened (found out
+    elsewhere, e.g. with the service it called) and why they say so."""
+
+    outcome: Literal["succeeded", "failed"]
+    #: the operation's output (what the tool would have returned), for ``succeeded``
+    output: JsonValue = None
+    reason: str = Field(min_length=1, max_length=1000)

@@ -39,7 +39,7 @@ import nats.errors
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bus import Bus
-from bus.backlog import DispatchBacklog
+from bus.backlog import dispatch_backlog
 from contracts import BrainhandsError, OperationResult
 from contracts.tool import Termination
 from hands.sandbox import RunState, Sandbox
@@ -196,7 +196,7 @@ class HandsMetrics:
         if bus is not None:
             try:
                 async with asyncio.timeout(READ_TIMEOUT_S):
-                    backlog = await DispatchBacklog.read(bus)
+                    backlog = await dispatch_backlog(bus)
                 pending, ack_pending, oldest = (
                     backlog.pending,
                     backlog.ack_pending,

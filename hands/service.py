@@ -37,10 +37,10 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from bus import CANCEL_SUBJECT, DISPATCH_STREAM, DISPATCH_SUBJECTS, Bus, result_subject
-from bus.backlog import HANDS_CONSUMER, DispatchBacklog
+from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.pull import fetch_one
 from contracts import BrainhandsError, OperationMismatch
-from contracts.fleet import DispatchQueue, HandsBeat
+from contracts.fleet import HandsBeat, QueueBacklog
 from contracts.model import Frozen
 from contracts.tool import Cancellation, Dispatch, DispatchMode, ResultEvent
 from hands.executor import Busy, Duplicate, Executor, NotCommitted, Publish
@@ -328,12 +328,7 @@ class HandsService:
                 )
             running.append(operation)
         try:
-            backlog = await DispatchBacklog.read(self.bus)
-            queue = DispatchQueue(
-                pending=int(backlog.pending),
-                ack_pending=int(backlog.ack_pending),
-                oldest_age_seconds=max(backlog.oldest_age, 0.0),
-            )
+            queue: QueueBacklog | None = (await dispatch_backlog(self.bus)).queue()
         except Exception as error:  # NATS away: the beat says so (no queue)
             log.debug("dispatch backlog not read: %s", error)
             queue = None

@@ -1,8 +1,10 @@
 """Prometheus metrics of a scheduler, served on its probe port (``webapi.exposition``).
 
 The scheduler runs whether or not any Hands does, so it reports the dispatch work
-queue's backlog (``bus.backlog``) for an autoscaler that must scale the Hands from zero;
-the wake queues' backlog is the Session API's (``session_api.metrics``).
+queue's backlog (``bus.backlog``) for an autoscaler that must scale the Hands from zero,
+and the results stream's (result events not yet turned into wakes: growing, it says the
+schedulers are behind); the wake queues' backlog is the Session API's
+(``session_api.metrics``).
 
 ===================================================  =======  ==============================
 metric                                               type     labels
@@ -14,6 +16,8 @@ metric                                               type     labels
 ``brainhands_scheduler_results_refused_total``       counter  (events the store does not back)
 ``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
 ``brainhands_dispatch_oldest_age_seconds``           gauge
+``brainhands_results_backlog``                       gauge    ``state`` (pending, in_flight)
+``brainhands_results_oldest_age_seconds``            gauge
 ``brainhands_scheduler_scrape_errors_total``         counter  ``source`` (``bus``)
 ===================================================  =======  ==============================
 
@@ -34,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bus.backlog import DispatchBacklog
+from bus.backlog import Backlog, dispatch_backlog, results_backlog
 
 if TYPE_CHECKING:
     from scheduler.service import Scheduler
@@ -52,7 +56,8 @@ class SchedulerMetrics(Collector):
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.registry = CollectorRegistry()
-        self._backlog: DispatchBacklog | None = None
+        self._backlog: Backlog | None = None
+        self._results: Backlog | None = None
         self._errors = Counter(
             "brainhands_scheduler_scrape_errors",
             "Gauges that could not be read at scrape time, by source",
@@ -62,15 +67,17 @@ class SchedulerMetrics(Collector):
         self.registry.register(self)
 
     async def refresh(self) -> None:
-        self._backlog = None
+        self._backlog = self._results = None
         bus = self.scheduler.bus
         if bus is None:
             return
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
-                self._backlog = await DispatchBacklog.read(bus)
+                self._backlog, self._results = await asyncio.gather(
+                    dispatch_backlog(bus), results_backlog(bus)
+                )
         except (TimeoutError, nats.errors.Error, OSError) as error:
-            log.warning("metrics: cannot read the dispatch queue: %s", error)
+            log.warning("metrics: cannot read the streams' backlogs: %s", error)
             self._errors.labels("bus").inc()
 
     def collect(self) -> Iterator[Metric]:
@@ -98,21 +105,28 @@ class SchedulerMetrics(Collector):
             "Result events refused: the store holds no such result (forged or foreign)",
             value=scheduler.refused,
         )
-        backlog = self._backlog
-        if backlog is None:
-            return
-        depth = GaugeMetricFamily(
-            "brainhands_dispatch_backlog",
-            "Dispatches in the work queue: pending (not yet delivered to any Hands) and "
-            "in_flight (delivered, not yet acknowledged)",
-            labels=["state"],
-        )
-        depth.add_metric(["pending"], backlog.pending)
-        depth.add_metric(["in_flight"], backlog.ack_pending)
-        yield depth
-        yield GaugeMetricFamily(
-            "brainhands_dispatch_oldest_age_seconds",
-            "Seconds since the oldest dispatch still in the work queue was published "
-            "(0 when empty)",
-            value=backlog.oldest_age,
-        )
+        if self._backlog is not None:
+            yield from _backlog(
+                "dispatch", self._backlog, "Dispatches in the work queue", "any Hands"
+            )
+        if self._results is not None:
+            yield from _backlog(
+                "results", self._results, "Result events in the results stream", "a scheduler"
+            )
+
+
+def _backlog(name: str, backlog: Backlog, what: str, whom: str) -> Iterator[Metric]:
+    depth = GaugeMetricFamily(
+        f"brainhands_{name}_backlog",
+        f"{what}: pending (not yet delivered to {whom}) and in_flight (delivered, not yet "
+        "acknowledged)",
+        labels=["state"],
+    )
+    depth.add_metric(["pending"], backlog.pending)
+    depth.add_metric(["in_flight"], backlog.ack_pending)
+    yield depth
+    yield GaugeMetricFamily(
+        f"brainhands_{name}_oldest_age_seconds",
+        f"Seconds since the oldest of the {name} not yet acknowledged was published (0 when none)",
+        value=backlog.oldest_age,
+    )

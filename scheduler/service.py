@@ -45,9 +45,11 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from bus import RESULTS_STREAM, Bus, dispatch_subject
+from bus.backlog import SCHEDULER_CONSUMER, dispatch_backlog, results_backlog
 from bus.jetstream import RESULTS_SUBJECTS
 from bus.pull import fetch_one
-from contracts import BrainhandsError, OperationStatus
+from contracts import BrainhandsError, OperationStatus, utcnow
+from contracts.fleet import SchedulerBeat
 from contracts.model import Frozen
 from contracts.tool import Dispatch, ResultEvent
 from coordination.protocols import LeaseStore
@@ -60,7 +62,7 @@ from session_store import SessionStore
 
 log = logging.getLogger(__name__)
 
-CONSUMER = "scheduler"
+CONSUMER = SCHEDULER_CONSUMER
 #: the reconciler's turn lapses a little before the next period, so the scheduler that
 #: took it can take it again on time
 _TURN_SHARE = 0.9
@@ -81,6 +83,9 @@ class SchedulerSettings(Frozen):
     ack_wait: timedelta = timedelta(seconds=30)
     #: between attempts to bind the results consumer (NATS away, stream missing)
     rebind_every: timedelta = timedelta(seconds=1)
+    #: how often this scheduler writes its beat (``session_store.fleet``: both streams'
+    #: backlogs) for operators; None: never
+    beat_every: timedelta | None = timedelta(seconds=10)
 
 
 def new_scheduler_id() -> str:
@@ -133,6 +138,8 @@ class Scheduler:
             loops.append(self._reconciling(self.settings.reconcile_every))
         if self.settings.attend_every is not None:
             loops.append(self._attending(self.settings.attend_every))
+        if self.settings.beat_every is not None:
+            loops.append(self._beating(self.settings.beat_every))
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopping = asyncio.create_task(self._stopping.wait())
         try:
@@ -141,9 +148,46 @@ class Scheduler:
                 task.result()  # the loops run forever: only an error ends one
         finally:
             await cancel_and_wait(stopping, *tasks)
+            if self.settings.beat_every is not None:
+                try:  # gone from the fleet page; one that dies leaves its beat, shown silent
+                    await self.store.fleet.schedulers.leave(self.name)
+                except BrainhandsError as error:
+                    log.warning("could not remove this scheduler's beat: %s", error.message)
 
     async def shutdown(self) -> None:
         self._stopping.set()
+
+    async def beat(self) -> SchedulerBeat:
+        """Write this scheduler's view of both streams' backlogs to the store (for the
+        fleet page); a stream NATS did not answer for is left out of the beat."""
+        dispatch = results = None
+        if self.bus is not None:
+            try:
+                dispatch = (await dispatch_backlog(self.bus)).queue()
+                results = (await results_backlog(self.bus)).queue()
+            except Exception as error:  # NATS away: the beat says so (no backlogs)
+                log.debug("backlogs not read: %s", error)
+        every = self.settings.beat_every or timedelta(seconds=10)
+        beat = SchedulerBeat(
+            scheduler=self.name,
+            process=f"{socket.gethostname()} pid {os.getpid()}",
+            dispatch=dispatch,
+            results=results,
+            beat_at=utcnow(),
+            every_seconds=every.total_seconds(),
+        )
+        await self.store.fleet.schedulers.beat(beat)
+        return beat
+
+    async def _beating(self, every: timedelta) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.fleet.schedulers.forget()
+        while True:
+            try:
+                await self.beat()
+            except Exception as error:  # a missed beat shows as silent; nothing else
+                log.warning("beat not written: %s", error)
+            await asyncio.sleep(every.total_seconds())
 
     async def reconcile(self) -> list[str]:
         """The audit: wake every active session no Brain holds, and put every session

@@ -1,5 +1,5 @@
-"""``/v1/sessions``: submit, answer a question, cancel, look at a session, list them,
-follow one's events.
+"""``/v1/sessions``: submit, answer a question, cancel, settle an uncertain operation,
+look at a session, list them, follow one's events.
 
 Writes go through ``session_store.submissions.SessionClient`` (the ingress rules: a
 request id is accepted once, bad input is refused naming the field, a cancel is a
@@ -21,11 +21,13 @@ from contracts import (
     Identifier,
     InvalidInput,
     NotFound,
+    SettleRequest,
     Submission,
 )
 from contracts.errors import ErrorBody
+from lifecycle import settlement
 from session_api.context import ApiContext
-from session_api.describe import control_body, session_view, submission_view
+from session_api.describe import control_body, operation_view, session_view, submission_view
 from session_api.listing import Listing
 from session_api.stream import SessionStream
 from session_api.views import (
@@ -36,6 +38,7 @@ from session_api.views import (
     ForkRequest,
     ForkView,
     InputPolicyRequest,
+    OperationView,
     SessionList,
     SessionStatus,
     SessionView,
@@ -223,6 +226,22 @@ def sessions_router(context: ApiContext) -> APIRouter:
         return accepted
 
     @router.post(
+        "/{session_id}/operations/{operation_id}/settle",
+        responses={
+            409: {"model": ErrorBody, "description": "The operation is not uncertain"},
+            **_ERRORS,
+        },
+    )
+    async def settle(
+        session_id: SessionId, operation_id: Identifier, body: SettleRequest, grant: Operator
+    ) -> OperationView:
+        """Record an operator's decision on one of the session's ``uncertain`` operations
+        (who: the token's name; why: ``reason``) and wake the session, whose waiting task
+        reuses it as the result; 409 for any other status, 200 for a repeat."""
+        check_session(grant, session_id)
+        return await settle_operation(context, session_id, operation_id, body, grant.name)
+
+    @router.post(
         "/{session_id}/fork",
         status_code=201,
         responses={
@@ -320,6 +339,24 @@ async def answer_question(
     if not submission.status.is_final:
         await context.wake(session_id, "answer")
     return submission, existing is None
+
+
+async def settle_operation(
+    context: ApiContext, session_id: str, operation_id: str, body: SettleRequest, by: str
+) -> OperationView:
+    """Settle the session's operation as ``by`` decided (``lifecycle.settlement``); then
+    wake the session: the store holds the decision, the wake only brings a Brain."""
+    store = context.store
+    operation = await store.get_operation(operation_id)
+    if operation is None or operation.session_id != session_id:
+        raise NotFound(
+            f"session {session_id!r} has no operation {operation_id!r}", operation_id=operation_id
+        )
+    settled = await settlement.settle(store, operation, body, decided_by=by)
+    await context.wake(session_id, "settle")
+    result = await store.get_operation_result(operation_id)
+    handle = await store.session(session_id)
+    return operation_view(settled, result, applied=await handle.is_applied(operation_id))
 
 
 async def fork_session(

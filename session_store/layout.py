@@ -120,6 +120,8 @@ TOOLS_PARTITION = "catalog/tools"
 
 #: each Hands' last beat (``session_store.fleet``), overwritten
 HANDS_PARTITION = "fleet/hands"
+#: each scheduler's last beat (``session_store.fleet``), overwritten
+SCHEDULERS_PARTITION = "fleet/schedulers"
 
 
 def tool_item(name: str, version: int) -> str:

@@ -13,7 +13,14 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Path, Query, Response
 
 from bus import CANCEL_SUBJECT
-from contracts import Identifier, NotFound, Operation, OperationStatus, StoreUnavailable
+from contracts import (
+    Identifier,
+    NotFound,
+    Operation,
+    OperationStatus,
+    SettleRequest,
+    StoreUnavailable,
+)
 from contracts.errors import ErrorBody
 from contracts.tool import Cancellation
 from hands.api.context import ApiContext
@@ -23,7 +30,6 @@ from hands.api.views import (
     OperationList,
     OperationSummary,
     OperationView,
-    SettleRequest,
     Verification,
 )
 from session_store import SessionStore

@@ -127,16 +127,6 @@ class CancelRequest(Frozen):
     reason: str = Field(default=DEFAULT_CANCEL_REASON, min_length=1, max_length=1000)
 
 
-class SettleRequest(Frozen):
-    """An operator's decision on an ``uncertain`` operation: what happened (found out
-    elsewhere, e.g. with the service it called) and why they say so."""
-
-    outcome: Literal["succeeded", "failed"]
-    #: the operation's output (what the tool would have returned), for ``succeeded``
-    output: JsonValue = None
-    reason: str = Field(min_length=1, max_length=1000)
-
-
 class Verification(Frozen):
     """What the tool's query entry point said: ``found`` means the operation happened,
     and its outcome is now the operation's result."""

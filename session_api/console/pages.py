@@ -1,6 +1,6 @@
 """The console's pages and actions (``/console``): each page reads through the same
-functions as the API's routes, and each action is the API's own (cancel, answer, fork),
-behind the caller's grant and the form's CSRF token."""
+functions as the API's routes, and each action is the API's own (cancel, answer,
+settle, fork), behind the caller's grant and the form's CSRF token."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
@@ -30,8 +31,10 @@ from contracts import (
     NotFound,
     Operation,
     OperationResult,
+    SettleRequest,
     utcnow,
 )
+from contracts.fleet import HandsBeat, QueueBacklog, SchedulerBeat
 from coordination.incarnations import BrainBeat
 from session_api.console.graph import task_rows
 from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
@@ -40,7 +43,7 @@ from session_api.context import ApiContext
 from session_api.describe import session_view
 from session_api.listing import Listing
 from session_api.metrics import Backlog
-from session_api.sessions import answer_question, cancel_work, fork_session
+from session_api.sessions import answer_question, cancel_work, fork_session, settle_operation
 from session_api.views import AnswerRequest, CancelRequest, ForkRequest, SessionStatus
 from webapi.auth import Access, Grant, grant_of
 from webapi.scopes import check_session
@@ -101,6 +104,33 @@ def _reader(request: Request) -> Grant:
 
 def _back(url: str, notice: str) -> RedirectResponse:
     return RedirectResponse(f"{url}?{urlencode({'notice': notice})}", 303)
+
+
+class StreamRow(NamedTuple):
+    """One stream's backlog on the fleet page, from the freshest beat that read it."""
+
+    stream: str
+    what: str
+    queue: QueueBacklog | None
+    read_by: str | None
+    read_at: datetime | None
+
+
+def _streams(hands: list[HandsBeat], schedulers: list[SchedulerBeat]) -> list[StreamRow]:
+    readings = [(h.beat_at, h.executor, h.queue) for h in hands]
+    readings += [(s.beat_at, s.scheduler, s.dispatch) for s in schedulers]
+    results = [(s.beat_at, s.scheduler, s.results) for s in schedulers]
+    rows = []
+    for stream, what, read in (
+        ("dispatch", "tool calls waiting for a Hands", readings),
+        ("results", "tool results waiting to become wakes (the schedulers' work)", results),
+    ):
+        found = max((r for r in read if r[2] is not None), key=lambda r: r[0], default=None)
+        if found is None:
+            rows.append(StreamRow(stream, what, None, None, None))
+        else:
+            rows.append(StreamRow(stream, what, found[2], found[1], found[0]))
+    return rows
 
 
 #: reads the Brains' beats (``coordination.incarnations.brains``)
@@ -267,6 +297,7 @@ def console_router(
             result=result,
             output=output[:OUTPUT_CHARS],
             cut=len(output) > OUTPUT_CHARS,
+            may_operate=grant.may(Access.OPERATE),
         )
 
     @router.get("/operations/{operation_id}/output")
@@ -294,14 +325,15 @@ def console_router(
                 routes, beats = await asyncio.gather(backlog(), brains())
             except Exception as error:  # the page says so; the log has the rest
                 problem = f"Redis could not be read: {type(error).__name__}"
-        hands, hands_problem = [], None
+        hands: list[HandsBeat] = []
+        schedulers: list[SchedulerBeat] = []
+        hands_problem = None
         try:
-            hands = await context.store.fleet.hands()
+            hands, schedulers = await asyncio.gather(
+                context.store.fleet.hands(), context.store.fleet.schedulers.listed()
+            )
         except BrainhandsError as error:
             hands_problem = f"the store could not be read: {error.message}"
-        queue = max(
-            (h for h in hands if h.queue is not None), key=lambda h: h.beat_at, default=None
-        )
         return _page(
             "fleet.html",
             request,
@@ -310,11 +342,12 @@ def console_router(
             brains=beats,
             problem=problem,
             hands=hands,
+            schedulers=schedulers,
             covered={
                 h.executor: [op for op in h.running if grant.covers(op.session_id)] for h in hands
             },
             hands_problem=hands_problem,
-            queue=queue,
+            streams=_streams(hands, schedulers),
             now=time.time(),
             utcnow=utcnow(),
         )
@@ -362,6 +395,27 @@ def console_router(
         )
         submission, _ = await answer_question(context, session_id, body, grant.name)
         return _back(_here(session_id), f"answer {submission.request_id} {submission.status.value}")
+
+    @router.post("/operations/{operation_id}/settle")
+    async def settle(request: Request, operation_id: str) -> RedirectResponse:
+        _, record = await _operation(request, operation_id)
+        grant, form = await _act(request, record.session_id)
+        try:
+            text = form.get("output", "").strip()
+            body = SettleRequest(
+                outcome=form.get("outcome", ""),
+                output=json.loads(text) if text else None,
+                reason=form.get("reason", ""),
+            )
+        except json.JSONDecodeError as error:
+            raise InvalidInput(f"settle: the output is not JSON ({error.msg})") from None
+        except ValidationError as error:
+            problem = error.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            raise InvalidInput(f"settle: {where}: {problem['msg']}") from None
+        settled = await settle_operation(context, record.session_id, operation_id, body, grant.name)
+        here = f"{COOKIE.prefix}/operations/{quote(operation_id, safe='')}"
+        return _back(here, f"settled as {settled.status.value} by {grant.name}")
 
     @router.post("/sessions/{session_id}/fork")
     async def fork(request: Request, session_id: str) -> RedirectResponse:

@@ -118,6 +118,10 @@ BODIES: dict[str, Any] = {
     "/v1/sessions/{session_id}/input-policy": {"policy": "reject"},
     "/v1/sessions/{session_id}/budget": {"budget": {"tokens": 10}},
     "/v1/sessions/{session_id}/fork": {"at": 1, "into": "acme:fork"},
+    "/v1/sessions/{session_id}/operations/{operation_id}/settle": {
+        "outcome": "failed",
+        "reason": "x",
+    },
     "/v1/operations/{operation_id}/cancel": {"reason": "x"},
     "/v1/operations/{operation_id}/settle": {"outcome": "failed", "reason": "x"},
     "/v1/tools": {"image": "test/greet:1"},

@@ -15,10 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contracts import Operation, OperationResult
-from contracts.fleet import DispatchQueue, HandsBeat, RunningOperation
+from brain.context import PhaseContext
+from brain.outcome import Done
+from brain.tools import ToolSpec
+from contracts import Operation, OperationResult, OperationStatus, OutcomeUnknown
+from contracts.fleet import HandsBeat, QueueBacklog, RunningOperation, SchedulerBeat
 from session_api.console.pages import LIST_PAGE
 from tests.integration.test_session_api import TOKEN, Api, open_api
+from tests.support.kernel import kind
 
 
 @pytest.fixture
@@ -132,7 +136,8 @@ async def test_a_session_of_many_commits_pages_its_timeline(api: Api) -> None:
 
 async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api: Api) -> None:
     """The Hands' beats from the store: slots, operations with their containers (linked),
-    the dispatch backlog from the freshest beat, and a silent Hands marked so."""
+    the dispatch backlog from the freshest beat, and a silent Hands marked so; with no
+    scheduler beat, the results stream says it was not read."""
     now = datetime.now(UTC)
     store = api.k.store
     running = RunningOperation(
@@ -143,7 +148,7 @@ async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api:
         container="bh-x_op-abc",
         state="running",
     )
-    queue = DispatchQueue(pending=7, ack_pending=1, oldest_age_seconds=42.0)
+    queue = QueueBacklog(pending=7, ack_pending=1, oldest_age_seconds=42.0)
     await store.fleet.beat(
         HandsBeat(
             executor="hands-live",
@@ -166,7 +171,7 @@ async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api:
     )
     async with browser(api) as client:
         page = (await client.get("/console/fleet")).text
-    assert page.count('class="hands-instance') == 2 and page.count('class="queue"') == 1
+    assert page.count('class="hands-instance') == 2 and page.count('class="stream"') == 2
     live = page[page.index('data-executor="hands-live"') :]
     live = live[: live.index("</tr>")]
     assert "1 of 4" in live and "bh-x_op-abc" in live and "(running)" in live
@@ -174,8 +179,48 @@ async def test_the_fleet_page_shows_each_hands_beat_and_the_dispatch_stream(api:
     dead = page[page.index('data-executor="hands-dead"') :]
     dead = dead[: dead.index("</tr>")]
     assert "0 of 2" in dead and "silent" in dead and 'class="hands-instance stale"' in page
-    stream = page[page.index('class="queue"') :]
+    stream = page[page.index('data-stream="dispatch"') :]
+    stream = stream[: stream.index("</tr>")]
     assert "<td>7</td><td>1</td><td>42.0 s</td>" in stream and "hands-live" in stream
+    results = page[page.index('data-stream="results"') :]
+    assert "not read lately" in results[: results.index("</tr>")]
+    assert "No scheduler has beaten" in page
+
+
+async def test_the_fleet_page_shows_each_schedulers_beat_and_both_streams(api: Api) -> None:
+    """A scheduler's beat carries both streams' backlogs: shown with no Hands running
+    (the dispatch backlog an autoscaler scales the Hands from zero on); the fresher of
+    two readings of the dispatch stream is the one shown; a silent scheduler is marked."""
+    now = datetime.now(UTC)
+    fleet = api.k.store.fleet.schedulers
+    await fleet.beat(
+        SchedulerBeat(
+            scheduler="sched-a",
+            process="host-a pid 7",
+            dispatch=QueueBacklog(pending=3, ack_pending=0, oldest_age_seconds=9.5),
+            results=QueueBacklog(pending=2, ack_pending=1, oldest_age_seconds=4.0),
+            beat_at=now,
+            every_seconds=10,
+        )
+    )
+    await fleet.beat(
+        SchedulerBeat(
+            scheduler="sched-old",
+            process="host-b pid 8",
+            dispatch=QueueBacklog(pending=99, ack_pending=9, oldest_age_seconds=99.0),
+            beat_at=now - timedelta(minutes=5),
+            every_seconds=10,
+        )
+    )
+    async with browser(api) as client:
+        page = (await client.get("/console/fleet")).text
+    dispatch = page[page.index('data-stream="dispatch"') :]
+    dispatch = dispatch[: dispatch.index("</tr>")]
+    assert "<td>3</td><td>0</td><td>9.5 s</td>" in dispatch and "sched-a" in dispatch
+    results = page[page.index('data-stream="results"') :]
+    results = results[: results.index("</tr>")]
+    assert "<td>2</td><td>1</td><td>4.0 s</td>" in results and "sched-a" in results
+    assert page.count('<tr class="scheduler') == 2 and 'class="scheduler stale"' in page
 
 
 async def test_an_operation_page_links_its_whole_output_and_log(api: Api) -> None:
@@ -239,3 +284,62 @@ async def test_the_list_of_sessions_with_work_left_is_paged(api: Api) -> None:
         assert anyone.status_code == 200 and anyone.text.count('<a href="/console/sessions/p') == 3
         wrong = await client.get("/console/sessions", params={"status": "done"})
         assert wrong.status_code == 422 and "no session status 'done'" in wrong.text
+
+
+async def test_an_uncertain_operation_is_settled_from_its_page_and_its_task_goes_on(
+    api: Api,
+) -> None:
+    """A tool call whose outcome is unknown parks its task; the session page links the
+    operation, whose page offers the settle form (the API's own settle: recorded by the
+    store with the token's name and the reason, then the session woken); the task then
+    goes on with the settled output as the call's result. A second decision is refused,
+    and so is a settle through the API for another session's operation."""
+
+    async def lost(args: dict[str, object], operation_id: str) -> object:
+        raise OutcomeUnknown("the provider hung up before answering")
+
+    async def charge(ctx: PhaseContext) -> Done:
+        performed = await ctx.operation("charge", {"card": "4242"}, "charge")
+        return Done(result=performed.output)
+
+    api.k.tools.register(ToolSpec(name="charge"), lost)
+    api.k.registry.add(kind("charge-once", {"start": charge}))
+    await api.submit("r1", {"task": {"kind": "charge-once"}})
+    await api.k.run("s1")
+    (op,) = [o for o in (await api.http.get("/v1/sessions/s1")).json()["operations"]]
+    assert op["status"] == "uncertain"
+    operation_id = op["operation_id"]
+    wrong = f"/v1/sessions/other/operations/{operation_id}/settle"
+    body = {"outcome": "succeeded", "reason": "x"}
+    assert (await api.http.post(wrong, json=body)).status_code == 404
+
+    async with browser(api) as client:
+        session_page = (await client.get("/console/sessions/s1")).text
+        assert f'href="/console/operations/{operation_id}#settle"' in session_page
+        page = (await client.get(f"/console/operations/{operation_id}")).text
+        assert 'id="settle"' in page and "outcome is unknown" in page
+        form = {
+            "csrf": csrf_of(page),
+            "outcome": "succeeded",
+            "output": '{"charged": true}',
+            "reason": "the provider's dashboard shows the charge",
+        }
+        bad = await client.post(
+            f"/console/operations/{operation_id}/settle", data=form | {"output": "{oops"}
+        )
+        assert bad.status_code == 422 and "not JSON" in bad.text
+        settled = await client.post(f"/console/operations/{operation_id}/settle", data=form)
+        assert settled.status_code == 303, settled.text
+        assert "settled+as+succeeded+by+default" in settled.headers["location"]
+        again = await client.post(
+            f"/console/operations/{operation_id}/settle", data=form | {"reason": "twice"}
+        )
+        assert again.status_code == 409 and "only an uncertain operation" in again.text
+
+    record = await api.k.store.get_operation(operation_id)
+    assert record is not None and record.status is OperationStatus.SUCCEEDED
+    assert (record.decided_by, record.decision) == ("default", form["reason"])
+    assert ("s1", "settle") in api.wakes.calls
+    await api.k.run("s1")
+    task = await api.k.task("root.r1")
+    assert task.result == {"charged": True}, "the settled output is the call's result"

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats.js.errors
 import pytest
+from prometheus_client import generate_latest
 
 from brain.context import PhaseContext
 from brain.outcome import Done, Effects, PhaseOutcome, Sleep
@@ -37,7 +38,7 @@ from coordination.wakes import RQWakes, due_key
 from hands.sandbox.process import ProcessSandbox
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
-from session_store import SessionStore
+from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import kind
@@ -414,3 +415,60 @@ async def _sleeping(store: SessionStore, session_id: str) -> bool:
 async def _attention(wakes: RQWakes, session_id: str) -> bool:
     due = await wakes.attention.take()
     return session_id in due
+
+
+async def test_the_results_backlog_is_reported_before_and_after_a_scheduler_works_it_off(
+    tmp_path: Path,
+) -> None:
+    """Result events no scheduler has taken yet are the results stream's backlog: in the
+    scheduler's metrics and its beat in the store (the console's fleet page), with the
+    age of the oldest; once a scheduler consumed them, the backlog is empty although the
+    stream (limits retention) still holds the events."""
+    url = require("BH_REDIS_URL", "Redis")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")  # the beats' (any backend)
+    client = redis_client.connect(url)
+    wakes = RQWakes(url, prefix=prefix)
+    async with scratch_bus() as bus:
+        await bus.ensure_streams()
+        for n in range(2):
+            event = ResultEvent(operation_id=f"op-{n}", session_id="s1", succeeded=True)
+            await bus.publish(result_subject("s1"), event, msg_id=f"backlog-{n}")
+        await asyncio.sleep(1.2)
+        settings = SchedulerSettings(reconcile_every=None, beat_every=timedelta(seconds=0.2))
+        leases = RedisLeases(client, prefix=prefix)
+        scheduler = Scheduler(store=store, bus=bus, wakes=wakes, leases=leases, settings=settings)
+        metrics = SchedulerMetrics(scheduler)
+        await metrics.refresh()
+        pending = 'brainhands_results_backlog{state="pending"}'
+        exported = generate_latest(metrics.registry).decode()
+        assert f"{pending} 2.0" in exported, exported
+        age = metrics.registry.get_sample_value("brainhands_results_oldest_age_seconds")
+        assert age is not None and 1.0 <= age < 60
+        beat = await scheduler.beat()
+        assert beat.results is not None and beat.results.pending == 2
+        assert beat.dispatch is not None and beat.dispatch.pending == 0
+        assert [b.scheduler for b in await store.fleet.schedulers.listed()] == [scheduler.name]
+
+        running = asyncio.create_task(scheduler.run())
+        try:
+            await assert_eventually(lambda: _refused_all(scheduler, 2), within=20)
+            await metrics.refresh()
+            assert (
+                metrics.registry.get_sample_value(
+                    "brainhands_results_backlog", {"state": "pending"}
+                )
+                == 0
+            )
+            assert metrics.registry.get_sample_value("brainhands_results_oldest_age_seconds") == 0
+        finally:
+            await scheduler.shutdown()
+            await running
+        assert await store.fleet.schedulers.listed() == [], "a stopped scheduler leaves"
+    wakes.close()
+    await client.aclose()
+    await store.close()
+
+
+async def _refused_all(scheduler: Scheduler, count: int) -> bool:
+    return scheduler.refused == count

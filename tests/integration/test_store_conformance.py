@@ -38,7 +38,7 @@ from contracts import (
     UnknownRecordVersion,
     VersionMismatch,
 )
-from contracts.fleet import DispatchQueue, HandsBeat, RunningOperation
+from contracts.fleet import HandsBeat, QueueBacklog, RunningOperation
 from session_store import layout, open_store
 from session_store.codec import decode
 from session_store.layout import HANDS_PARTITION
@@ -524,7 +524,7 @@ async def test_hands_beats_are_overwritten_listed_forgotten_and_left(
             process="host pid 1",
             concurrency=4,
             running=ops,
-            queue=DispatchQueue(pending=3, ack_pending=1, oldest_age_seconds=2.5),
+            queue=QueueBacklog(pending=3, ack_pending=1, oldest_age_seconds=2.5),
             beat_at=at,
             every_seconds=10,
         )
@@ -535,7 +535,7 @@ async def test_hands_beats_are_overwritten_listed_forgotten_and_left(
     await store.backend.put(HANDS_PARTITION, "hands-c", b"{not json")
     listed = await store.fleet.hands()
     assert [(h.executor, h.in_use, h.beat_at) for h in listed] == [("hands-a", 2, now)]
-    assert listed[0].queue == DispatchQueue(pending=3, ack_pending=1, oldest_age_seconds=2.5)
+    assert listed[0].queue == QueueBacklog(pending=3, ack_pending=1, oldest_age_seconds=2.5)
     assert await store.fleet.forget() == ["hands-b"]
     await store.fleet.leave("hands-a")
     assert await store.fleet.hands() == []

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from brain.metrics import BrainMetrics
-from bus.backlog import DispatchBacklog
+from bus.backlog import Backlog
 from coordination.backlog import RouteBacklog
 from hands.metrics import HandsMetrics
 from scheduler.metrics import SchedulerMetrics
@@ -42,7 +42,7 @@ def exported() -> set[str]:
     scheduler = SchedulerMetrics(
         SimpleNamespace(woken=Counter(), passes=0, reissued=0, refused=0, bus=None)  # type: ignore[arg-type]
     )
-    scheduler._backlog = DispatchBacklog(0.0, 0.0, 0.0)
+    scheduler._backlog = scheduler._results = Backlog(0.0, 0.0, 0.0)
     session_api = SessionApiMetrics(None)
     session_api._last = [RouteBacklog(route="r", waiting=0, oldest_age_s=0.0, served=True)]
     registries = [
