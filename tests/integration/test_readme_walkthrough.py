@@ -57,3 +57,53 @@ def test_the_tools_in_sandboxes_walkthrough_runs_as_written() -> None:
     assert "http_get@1 registered" in out or "already registered" in out
     assert "answered" in out and '"status": 200' in out.replace('\\"', '"'), out[-6000:]
     assert "http_get" in out and "succeeded" in out
+
+
+WHOLE_SYSTEM = "## The whole system on one machine"
+
+
+def blocks(title: str) -> list[str]:
+    """The ``sh`` blocks of the README's section ``title``, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(title) :]
+    section = section[: section.find("\n## ", len(title))]
+    return re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+
+
+@pytest.mark.docker
+def test_the_whole_system_blocks_run_as_written() -> None:
+    """The three blocks of "The whole system on one machine", typed into one new shell
+    one after the other (with ``bh`` on the PATH, as the README says first): the
+    five-emails session answered and looked at every way the first block shows; the
+    second's call waits for a person, is approved by the question id the README names,
+    and runs; the third streams, reads the session at commit 12 (the first email's
+    intent), forks from there, and the fork is answered too."""
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    tool_images()
+    found = blocks(WHOLE_SYSTEM)
+    assert len(found) == 3, "the section's blocks: whole system, approvals, stream and fork"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BH_", "VIRTUAL_ENV"))}
+    env |= {"COLUMNS": "200", "PATH": os.environ["PATH"]}
+    marks = [f"echo '=== block {n} ==='\n{block}" for n, block in enumerate(found, 1)]
+    script = "set -e\n. .venv/bin/activate\n" + "\n".join(marks)
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            ["bash", "-c", ". .venv/bin/activate; bh down"], cwd=ROOT, env=env, check=False
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-8000:]
+    first, second, third = done.stdout.split("=== block ")[1:]
+    assert "answered" in first and "brainhands_scheduler_wakes_total" in first, first[-4000:]
+    assert "waiting for input" in second and "answered" in second, second[-4000:]
+    assert "send_email" in third and third.count("answered") >= 2, third[-4000:]

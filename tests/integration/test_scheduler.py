@@ -260,6 +260,9 @@ async def test_a_session_whose_holder_died_goes_on_as_soon_as_its_lease_lapses(
         started = time.monotonic()
         await assert_eventually(lambda: _answered(s.store, "orphan", "r1"), within=10)
         assert time.monotonic() - started < ttl.total_seconds() + 1.0
+        exported = SchedulerMetrics(s.scheduler).registry
+        lapsed = {"cause": "lapsed"}
+        assert exported.get_sample_value("brainhands_scheduler_wakes_total", lapsed) == 1
 
 
 async def _has_runs(ledger: Path) -> bool:

@@ -127,6 +127,9 @@ def test_the_five_emails_example_runs_on_bh_up_with_bh_submit(tmp_path: Path) ->
         env = system_env(tmp_path) | {
             "BH_LOG_FORMAT": "json",
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            # per million tokens: the cost metric is then the tokens' worth
+            "BH_MODEL_PRICE_INPUT": "2",
+            "BH_MODEL_PRICE_OUTPUT": "8",
         }
         _five_emails_on_bh_up(tmp_path, env)
 
@@ -205,8 +208,19 @@ def _every_service_exports_metrics(env: dict[str, str], tmp_path: Path) -> None:
     assert values["brainhands_hands_dispatch_wait_seconds_count"] >= 5
     assert values['brainhands_scheduler_wakes_total{cause="result"}'] >= 5
     assert values['brainhands_dispatch_backlog{state="pending"}'] == 0
+    assert values["brainhands_dispatch_oldest_age_seconds"] == 0
+    assert values['brainhands_results_backlog{state="pending"}'] == 0
+    assert values["brainhands_results_oldest_age_seconds"] == 0
+    tokens = {
+        kind: values[f'brainhands_model_tokens_total{{model="scripted-notices",type="{kind}"}}']
+        for kind in ("input", "output")
+    }
+    worth = (2 * tokens["input"] + 8 * tokens["output"]) / 1e6
+    assert values['brainhands_model_cost_total{model="scripted-notices"}'] == pytest.approx(worth)
     for capacity in ("brainhands_brain_slots", "brainhands_hands_slots"):
         assert values[capacity] > 0
+    for in_use in ("brainhands_brain_slots_in_use", "brainhands_hands_slots_in_use"):
+        assert values[in_use] == 0, "all five answered: no slot still busy"
 
 
 def _samples(text: str) -> dict[str, float]:
