@@ -39,6 +39,16 @@ class DriveReport(Frozen):
     next_wake_at: datetime | None = None
     #: operations the session waits on that have no result yet (run by the Hands)
     awaiting: tuple[str, ...] = ()
+    #: the session's seq as the drive left it
+    seq: int = 0
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the session needs nothing until someone else acts: active, left by
+        its own drive (not fenced out) with nothing runnable and nothing blocked — it
+        waits for a person, a child, a timer or a tool call (the attention set watches
+        those)."""
+        return self.active and not self.fenced and not self.blocked
 
 
 class SessionRunner:
@@ -111,6 +121,7 @@ def _report(drive: Drive, held: bool) -> DriveReport:
         parked=_parked(state.tasks.values(), drive.uncertain),
         next_wake_at=drive.plan.next_wake_at,
         awaiting=tuple(sorted(drive.awaiting)),
+        seq=drive.handle.seq,
     )
 
 

@@ -30,7 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from brain.runner import DriveReport, SessionRunner
-from contracts import LeaseLost, StoreUnavailable
+from contracts import BrainhandsError, LeaseLost, StoreUnavailable
 from coordination import redis_client
 from coordination.consumer import WakeConsumer
 from coordination.incarnations import RedisIncarnations
@@ -276,13 +276,29 @@ class BrainService:
         return await self._after(report)
 
     async def _after(self, report: DriveReport) -> str:
-        """What a drive (or a look) leaves to do: its timer's wake, its watch."""
+        """What a drive (or a look) leaves to do: its timer's wake, its watch; then, a
+        session that needs nothing until someone else acts is marked quiet, after its
+        timer is queued (the audit leaves quiet sessions be: ``session_store.index``)."""
         self.reports.append(report)
         if report.next_wake_at is not None and not report.fenced:
             await self.wakes.wake(report.session_id, reason="timer", at=report.next_wake_at)
         if report.awaiting and not report.fenced:
             await self.wakes.attention.watch(report.session_id, after=self.watch_after)
+        if report.active and not report.fenced:
+            await self._mark(report)
         return f"fence {report.fence}: {report.commits} commits, active={report.active}"
+
+    async def _mark(self, report: DriveReport) -> None:
+        """Mark the session quiet as this drive left it, or take a mark back: one made
+        before this drive changed the session (blocked now, or news came meanwhile)."""
+        index = self.runner.store.index
+        try:
+            if report.quiet and report.session_id not in self._again:
+                await index.quiet(report.session_id, seq=report.seq)
+            else:
+                await index.unquiet(report.session_id)
+        except BrainhandsError as error:  # a hint: the audit reads it anyway, that is all
+            log.warning("session %s: quiet mark not written: %s", report.session_id, error)
 
     async def _keep(self, proof: LeaseProof, driving: asyncio.Task[DriveReport]) -> None:
         """Extend the lease every third of its TTL. A transient error (Redis away, a reply

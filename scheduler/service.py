@@ -17,7 +17,9 @@
   (10 min), every active session of the store that no Brain holds is woken and every
   session with open intents is put in the attention set: whatever Redis or NATS lost —
   a wake, an unpublished outbox message (the drive relays it), a lease whose holder
-  died — is found again from the store.
+  died — is found again from the store. The periodic audit leaves out the sessions a
+  Brain marked quiet (waiting for a person, a child or a timer: ``session_store.index``)
+  but for a rotating slice of them, so it costs what needs attention, not what waits.
 
 Several schedulers may run at once without double effects: they share one durable
 consumer (each result event goes to one of them), a due timer is popped atomically by
@@ -36,13 +38,15 @@ import os
 import socket
 import time
 import uuid
+import zlib
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from bus import RESULTS_STREAM, Bus, dispatch_subject
 from bus.backlog import SCHEDULER_CONSUMER, dispatch_backlog, results_backlog
@@ -83,6 +87,9 @@ class SchedulerSettings(Frozen):
     ack_wait: timedelta = timedelta(seconds=30)
     #: between attempts to bind the results consumer (NATS away, stream missing)
     rebind_every: timedelta = timedelta(seconds=1)
+    #: the periodic audit reads every quiet session once in this many periods (the audit
+    #: on start and after Redis lost data reads them all)
+    quiet_slices: int = Field(default=12, ge=1)
     #: how often this scheduler writes its beat (``session_store.fleet``: both streams'
     #: backlogs) for operators; None: never
     beat_every: timedelta | None = timedelta(seconds=10)
@@ -189,11 +196,14 @@ class Scheduler:
                 log.warning("beat not written: %s", error)
             await asyncio.sleep(every.total_seconds())
 
-    async def reconcile(self) -> list[str]:
+    async def reconcile(self, *, full: bool = True) -> list[str]:
         """The audit: wake every active session no Brain holds, and put every session
-        with open intents in the attention set; the sessions woken."""
+        with open intents in the attention set; the sessions woken. Not ``full``, the
+        sessions marked quiet are left out (they wait for a person, a child or a timer
+        Redis holds: ``session_store.index``) but for this period's slice of them."""
         woken = []
-        async for session_id in self.store.active_sessions():
+        verify = None if full else self._quiet_slice()
+        async for session_id in self.store.active_sessions(verify=verify):
             handle = await self.store.session(session_id)
             if handle.state.intents:
                 await self.wakes.attention.watch(session_id, after=timedelta(0))
@@ -203,6 +213,21 @@ class Scheduler:
         self.passes += 1
         self.woken["reconcile"] += len(woken)
         return woken
+
+    def _quiet_slice(self) -> Callable[[str], bool]:
+        """Which quiet sessions this period's audit reads anyway: one of
+        ``quiet_slices`` by a hash of the id, turning with the period (this host's
+        clock: a hint), so each quiet mark is checked once every ``quiet_slices``
+        audits and a stale one (a crash between a commit and taking the mark back) is
+        found."""
+        slices = self.settings.quiet_slices
+        every = (self.settings.reconcile_every or timedelta(minutes=10)).total_seconds()
+        turn = int(time.time() / every) % slices
+
+        def verify(session_id: str) -> bool:
+            return zlib.crc32(session_id.encode()) % slices == turn
+
+        return verify
 
     async def attend(self) -> dict[str, int]:
         """Look at the sessions due in the attention set (see the module docstring);
@@ -276,7 +301,7 @@ class Scheduler:
         while True:
             try:
                 if await self._my_turn(every, first=first):
-                    woken = await self.reconcile()
+                    woken = await self.reconcile(full=first)
                     if woken:
                         log.info("reconciler woke %d session(s)", len(woken))
             except BrainhandsError as error:

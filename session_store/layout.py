@@ -93,6 +93,16 @@ def active_partitions() -> list[str]:
     return [f"index/active/{shard:02x}" for shard in range(ACTIVE_SHARDS)]
 
 
+def quiet_partition(session_id: str) -> str:
+    """Where the quiet mark of an active session is (``session_store.index``): the same
+    shard as its active marker."""
+    return f"index/quiet/{active_shard(session_id):02x}"
+
+
+def quiet_partitions() -> list[str]:
+    return [f"index/quiet/{shard:02x}" for shard in range(ACTIVE_SHARDS)]
+
+
 def blob_partition(digest: str) -> str:
     return f"blob/{digest}"
 

@@ -184,6 +184,8 @@ class CommitLog:
         apply(state, record)
         if was_active != becomes_active:
             await self._update_index(state.session_id, record.seq, becomes_active)
+        if fence is None and becomes_active and record.seq > 1:  # a new one has no mark
+            await self._unquiet(state.session_id, record.seq)
         return CommitReceipt.model_construct(
             session_id=record.session_id,
             seq=record.seq,
@@ -204,6 +206,21 @@ class CommitLog:
             log.warning(
                 "session %s: commit %d landed but the active-session index was not "
                 "updated (%s: %s); a later sweep repairs it",
+                session_id,
+                seq,
+                error.code,
+                error.message,
+            )
+
+    async def _unquiet(self, session_id: str, seq: int) -> None:
+        """After an unfenced commit (from outside the lease holder: it may be news a quiet
+        session waits for), take back its quiet mark; a failure is logged (the writer
+        wakes the session anyway, and the audit's rotating look finds the rest)."""
+        try:
+            await self._index.unquiet(session_id)
+        except BrainhandsError as error:
+            log.warning(
+                "session %s: commit %d landed but its quiet mark was not taken back (%s: %s)",
                 session_id,
                 seq,
                 error.code,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
@@ -181,9 +181,13 @@ class SessionStore:
         handle = await self.session(session_id)
         return handle.state.intents.get(operation_id)
 
-    async def active_sessions(self) -> AsyncGenerator[str, None]:
-        """Sessions that may have work left; a hint list for the reconciler."""
-        async for session_id in self.index.sessions():
+    async def active_sessions(
+        self, *, verify: Callable[[str], bool] | None = None
+    ) -> AsyncGenerator[str, None]:
+        """Sessions that may have work left; a hint list for the reconciler. With
+        ``verify``, a session marked quiet only when ``verify(session_id)`` is true
+        (``session_store.index``)."""
+        async for session_id in self.index.sessions(verify=verify):
             yield session_id
 
     async def some_active_sessions(self, bound: int) -> tuple[list[str], bool]:

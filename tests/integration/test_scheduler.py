@@ -23,13 +23,14 @@ import pytest
 from prometheus_client import generate_latest
 
 from brain.context import PhaseContext
-from brain.outcome import Done, Effects, PhaseOutcome, Sleep
+from brain.outcome import Done, Effects, PhaseOutcome, Sleep, Wait
 from brain.registry import Registry
 from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.tools import LocalDispatcher
 from bus import DISPATCH_STREAM, RESULTS_STREAM, Bus, result_subject
 from contracts import SubmissionStatus, TaskStatus, utcnow
+from contracts.question import Question
 from contracts.tool import ResultEvent
 from coordination import redis_client
 from coordination.leases import RedisLeases
@@ -475,3 +476,58 @@ async def test_the_results_backlog_is_reported_before_and_after_a_scheduler_work
 
 async def _refused_all(scheduler: Scheduler, count: int) -> bool:
     return scheduler.refused == count
+
+
+async def _ask(ctx: PhaseContext) -> PhaseOutcome:
+    return Wait(question=Question(id="go", prompt="Go on?"), next_phase="told")
+
+
+async def _told(ctx: PhaseContext) -> PhaseOutcome:
+    return Done(result=ctx.answer("go").value)
+
+
+async def test_the_periodic_audit_leaves_quiet_sessions_be_until_news_lands(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """A Brain whose drive leaves a session waiting for a person marks it quiet; the
+    periodic audit wakes only the sessions that are not (a submission nobody woke a Brain
+    for), while the audit after Redis lost data reads every one. An answer, committed
+    with no wake (the API died before waking), takes the mark back: the next periodic
+    audit wakes that session and its task goes on. A mark left stale by such a crash is
+    found by the audit's slice of quiet sessions that it reads anyway."""
+    registry = Registry()
+    registry.add(kind("ask", {"start": _ask, "told": _told}))
+    async with system(tmp_path, location, registry, hands=False, quiet_slices=10_000) as s:
+        await s.client.submit("waits", "r1", {"task": {"kind": "ask"}})
+        await s.wakes.wake("waits", reason="submission")
+        await assert_eventually(lambda: _quiet(s.store, "waits"), within=20)
+        await s.client.submit("forgotten", "r1", {"task": {"kind": "ask"}})  # never woken
+
+        woken = await s.scheduler.reconcile(full=False)
+        assert woken == ["forgotten"], "the quiet one is left be"
+        await assert_eventually(lambda: _quiet(s.store, "forgotten"), within=20)
+        assert sorted(await s.scheduler.reconcile(full=True)) == ["forgotten", "waits"]
+
+        await s.client.answer("waits", "a1", "go", "yes", by="ops")  # committed; wake lost
+        assert await s.scheduler.reconcile(full=False) == ["waits"]
+        await assert_eventually(lambda: _answered(s.store, "waits", "r1"), within=20)
+
+        # the answer's writer dies between its commit and taking the Brain's mark back
+        taking_back = s.store.index.unquiet
+
+        async def died(session_id: str) -> None:
+            return None
+
+        s.store.index.unquiet = died  # type: ignore[method-assign]
+        await s.client.answer("forgotten", "a1", "go", "yes", by="ops")
+        s.store.index.unquiet = taking_back  # type: ignore[method-assign]
+        assert await s.scheduler.reconcile(full=False) == [], "a stale mark hides it..."
+        s.scheduler.settings = s.scheduler.settings.model_copy(update={"quiet_slices": 1})
+        assert await s.scheduler.reconcile(full=False) == ["forgotten"], "...until its slice"
+        await assert_eventually(lambda: _answered(s.store, "forgotten", "r1"), within=20)
+
+
+async def _quiet(store: SessionStore, session_id: str) -> bool:
+    marked = {s async for s in store.active_sessions(verify=lambda _: False)}
+    active = {s async for s in store.active_sessions()}
+    return session_id in active and session_id not in marked

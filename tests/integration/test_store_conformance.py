@@ -41,7 +41,7 @@ from contracts import (
 from contracts.fleet import HandsBeat, QueueBacklog, RunningOperation
 from session_store import layout, open_store
 from session_store.codec import decode
-from session_store.layout import HANDS_PARTITION
+from session_store.layout import HANDS_PARTITION, quiet_partition
 from tests.support.builders import advance, answer, entry, finish, small_commit, submission, task
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
@@ -475,6 +475,42 @@ async def test_sweep_keeps_active_sessions_and_drops_finished_ones(
     assert await store.sweep("s1") is True
     assert await store.sweep("ghost") is False
     assert await _active(location) == {"s1"}
+
+
+async def test_a_quiet_mark_leaves_a_session_out_until_news_lands(location: StoreLocation) -> None:
+    """A session marked quiet is left out of a listing that honours the marks; one that
+    rechecks it lists it when its log moved past the mark (stale); an unfenced commit —
+    news from outside the lease holder — takes the mark back; a mark at a seq the log
+    has moved past is not made; a finished session's mark goes with its marker."""
+    store = await location.open()
+    waiting, busy = await store.session("waiting"), await store.session("busy")
+    await waiting.commit(Commit(tasks=(task(),)), fence=F)
+    await busy.commit(Commit(tasks=(task(),)), fence=F)
+    assert await store.index.quiet("waiting", seq=waiting.seq) is True
+
+    async def listed(recheck: bool) -> set[str]:
+        found = store.active_sessions(verify=lambda session_id: recheck)
+        return {session_id async for session_id in found}
+
+    assert await listed(recheck=False) == {"busy"}
+    assert await listed(recheck=True) == {"busy"}, "a fresh mark holds on a recheck"
+    assert await _active(location) == {"waiting", "busy"}, "without verify: every one"
+    await waiting.commit(Commit(entries=(entry(),)), fence=F)  # its holder's own commit
+    assert await listed(recheck=False) == {"busy"}
+    assert await listed(recheck=True) == {"waiting", "busy"}, "stale: the log moved past it"
+
+    assert await store.index.quiet("waiting", seq=waiting.seq) is True
+    await waiting.commit(Commit(submissions=(submission(),)), fence=None)  # news
+    assert await listed(recheck=False) == {"waiting", "busy"}
+    assert await store.index.quiet("waiting", seq=waiting.seq - 1) is False, "moved past"
+    assert await listed(recheck=False) == {"waiting", "busy"}
+
+    assert await store.index.quiet("busy", seq=busy.seq) is True
+    (open_task,) = [t for t in busy.state.tasks.values() if not t.is_terminal]
+    await busy.commit(Commit(tasks=(finish(open_task),)), fence=F)
+    assert await listed(recheck=True) == {"waiting"}
+    marks = await store.backend.keys(quiet_partition("busy"))
+    assert "busy" not in marks, "a finished session keeps no quiet mark"
 
 
 # --- the directory of every session --------------------------------------------------------
