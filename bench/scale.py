@@ -1,24 +1,28 @@
-"""How many sessions one Brain holds in model calls at once (issue 17, goal 4).
+"""How many sessions Brains hold in model calls at once (issue 17, goal 4).
 
-One Brain process (``--slots``, 1,000 by default) and the scheduler (a model call that
-failed is retried at a delayed wake), the scripted model answering every
-request after ``--delay`` seconds, the store on SQLite, Redis and NATS of the benchmark's
-own (``bench.rig``). Each round submits ``--sessions`` one-round agent sessions and wakes
-them at once; measured per round:
+``--brains`` Brain processes (``--slots`` each) and the scheduler (a model call that
+failed is retried at a delayed wake), the scripted model answering every request after
+``--delay`` seconds (or a random time up to ``--delay-max``), the store on SQLite, Redis
+and NATS of the benchmark's own (``bench.rig``). Each round submits ``--sessions``
+one-round agent sessions and wakes them all; measured per round:
 
 * the wall time from the first wake to the last answer commit, and its ratio to the
-  model's delay (the same-run baseline: 1.0 would mean every session waited for the
-  model exactly once, all at the same time);
-* the model server's peak of requests in flight (the Brain's slots, its model client's
-  connection pool);
-* the Brain's resident memory at its peak over its idle memory (before the first round),
-  per session;
-* the Brain's Redis connections (``INFO clients`` with and without it) idle and at the
-  peak.
+  model's mean delay (the same-run baseline: 1.0 would mean every session waited for
+  the model exactly once, all at the same time), and sessions answered per second;
+* the model server's peak of requests in flight (the Brains' slots, their model
+  clients' connection pools);
+* the Brains' resident memory at its peak over their idle memory (before the first
+  round), per session;
+* Redis's connected clients with and without the Brains, idle and at the peak, per Brain.
 
-Medians over ``--repeats`` rounds (plus one warm-up round)::
+The round ends when the store's active index is empty (every session answered: a
+one-round session finishes with its answer), read every second — a listing of 16 shards,
+not a load of each session; every session is then checked answered. Medians over
+``--repeats`` rounds (plus one warm-up round)::
 
-    python -m bench.scale --repeats 5 --sessions 1000 --slots 1000
+    python -m bench.scale --repeats 5 --sessions 1000 --slots 1000 --delay 30
+    python -m bench.scale --repeats 3 --sessions 10000 --brains 4 --slots 1000 \\
+        --delay 1 --delay-max 3
 """
 
 from __future__ import annotations
@@ -37,51 +41,66 @@ from bench.rig import Rig, brain_argv, infrastructure, rig, scheduler_argv
 from bench.stats import median
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+#: sessions submitted (committed) at once while a round is set up
+_SUBMITS = 16
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--slots", type=int, default=1000)
+    parser.add_argument("--brains", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=1000, help="per Brain")
     parser.add_argument("--delay", type=float, default=2.0, help="model delay, s")
+    parser.add_argument("--delay-max", type=float, default=None, help="random delay up to, s")
     parser.add_argument("--out", default="bench/results/scale.json")
     args = parser.parse_args()
-    model = {"model": "scripted", "turns": [{"content": "done", "delay_seconds": args.delay}]}
+    turn: dict[str, Any] = {"content": "done", "delay_seconds": args.delay}
+    if args.delay_max is not None:
+        turn["delay_max_seconds"] = args.delay_max
+    model = {"model": "scripted", "turns": [turn]}
+    mean_delay = (args.delay + (args.delay_max or args.delay)) / 2
     report: dict[str, Any] = {
-        "slots": args.slots,
+        "brains": args.brains,
+        "slots_per_brain": args.slots,
         "sessions": args.sessions,
-        "model_delay_s": args.delay,
+        "model_delay_s": [args.delay, args.delay_max or args.delay],
         "load_before": os.getloadavg()[0],
     }
+    names = [f"brain-{n}" for n in range(args.brains)]
+    processes = {"scheduler": scheduler_argv()}
+    processes |= {name: brain_argv(concurrency=args.slots) for name in names}
     rounds: list[dict[str, float]] = []
     async with (
         infrastructure() as infra,
-        rig(
-            {"scheduler": scheduler_argv(), "brain": brain_argv(concurrency=args.slots)},
-            infra=infra,
-            start=["scheduler"],
-            model=model,
-        ) as system,
+        rig(processes, infra=infra, start=["scheduler"], model=model) as system,
     ):
         without = await _clients(system)
-        system.fleet.start("brain")
-        await system.until_ready("brain")
+        for name in names:
+            system.fleet.start(name)
+        for name in names:
+            await system.until_ready(name)
         await asyncio.sleep(2)  # settled: imports done, first beats written
-        pid = system.fleet.processes["brain"].pid
-        report["idle_rss_mb"] = _rss(pid) / 2**20
-        report["idle_redis_connections"] = await _clients(system) - without
+        pids = [system.fleet.processes[name].pid for name in names]
+        report["idle_rss_mb"] = sum(_rss(pid) for pid in pids) / 2**20
+        report["idle_redis_connections_per_brain"] = (await _clients(system) - without) / len(names)
         for round_ in range(args.repeats + 1):
-            sample = await _round(system, f"r{round_}", args.sessions, pid)
-            sample["redis_connections"] -= without
+            sample = await _round(system, f"r{round_}", args.sessions, pids)
+            sample["redis_connections_per_brain"] = (sample.pop("clients") - without) / len(names)
             _say(f"round {round_}{' (warm-up)' if not round_ else ''}", sample)
             if round_:
                 rounds.append(sample)
     report["load_after"] = os.getloadavg()[0]
     report["rounds"] = rounds
-    for key in ("wall_s", "peak_in_flight", "rss_mb", "redis_connections"):
+    for key in (
+        "wall_s",
+        "answered_per_s",
+        "peak_in_flight",
+        "rss_mb",
+        "redis_connections_per_brain",
+    ):
         report[f"median_{key}"] = median([r[key] for r in rounds])
-    report["wall_over_model_delay"] = report["median_wall_s"] / args.delay
+    report["wall_over_model_delay"] = report["median_wall_s"] / mean_delay
     report["memory_per_session_kb"] = (
         (report["median_rss_mb"] - report["idle_rss_mb"]) * 1024 / args.sessions
     )
@@ -89,34 +108,65 @@ async def main() -> None:
     await asyncio.to_thread(_save, Path(args.out), report)
 
 
-async def _round(system: Rig, tag: str, count: int, pid: int | None) -> dict[str, float]:
+async def _round(system: Rig, tag: str, count: int, pids: list[int]) -> dict[str, float]:
     names = [f"{tag}-{n}" for n in range(count)]
-    for name in names:
-        await system.submit(name, {"text": f"scale session {name}"}, wake=False)
+    gate = asyncio.Semaphore(_SUBMITS)
+
+    async def submit(name: str) -> None:
+        async with gate:
+            await system.submit(name, {"text": f"scale session {name}"}, wake=False)
+
+    await asyncio.gather(*(submit(name) for name in names))
     await system.probe(reset=True)
     peak = {"rss": 0, "clients": 0}
-    watching = asyncio.create_task(_watch(system, pid, peak))
+    watching = asyncio.create_task(_watch(system, pids, peak))
     started = time.time()
     try:
         await system.wake_all(names, at_once=64)
-        answered = await system.until_answered(names, within=600, every=2.0)
+        await _until_idle(system, within=1800)
+        ended = time.time()
     finally:
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watching
+    await _all_answered(system, names)
     probe = await system.probe()
     return {
-        "wall_s": max(answered.values()) - started,
+        "wall_s": ended - started,
+        "answered_per_s": count / (ended - started),
         "peak_in_flight": float(probe["peak"]),
         "rss_mb": peak["rss"] / 2**20,
-        "redis_connections": float(peak["clients"]),
+        "clients": float(peak["clients"]),
     }
 
 
-async def _watch(system: Rig, pid: int | None, peak: dict[str, int]) -> None:
-    """The Brain's resident memory and Redis's client count, at their highest."""
+async def _until_idle(system: Rig, *, within: float) -> None:
+    """Until the active index is empty: every session finished (a listing, no loads)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left, _ = await system.store.some_active_sessions(1)
+        if not left:
+            return
+        await asyncio.sleep(1.0)
+    raise TimeoutError(f"sessions still active after {within} s")
+
+
+async def _all_answered(system: Rig, names: list[str]) -> None:
+    gate = asyncio.Semaphore(32)
+
+    async def check(name: str) -> None:
+        async with gate:
+            handle = await system.store.session(name)
+            submission = await handle.submission("r1")
+            assert submission is not None and submission.status.value == "answered", name
+
+    await asyncio.gather(*(check(name) for name in names))
+
+
+async def _watch(system: Rig, pids: list[int], peak: dict[str, int]) -> None:
+    """The Brains' resident memory and Redis's client count, at their highest."""
     while True:
-        peak["rss"] = max(peak["rss"], _rss(pid))
+        peak["rss"] = max(peak["rss"], sum(_rss(pid) for pid in pids))
         peak["clients"] = max(peak["clients"], await _clients(system))
         await asyncio.sleep(0.2)
 

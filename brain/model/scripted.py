@@ -26,6 +26,7 @@ import asyncio
 import hmac
 import json
 import os
+import random
 import sys
 import time
 import uuid
@@ -84,6 +85,9 @@ class Turn(Frozen):
     stream_cut_after: int | None = Field(default=None, ge=0)
     stream_cut_times: int | None = Field(default=None, ge=1)
     delay_seconds: float = Field(default=0.0, ge=0)
+    #: when set, each answered request waits a random time between ``delay_seconds``
+    #: and this (a model's latency spread, for load tests)
+    delay_max_seconds: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _says_something(self) -> Turn:
@@ -175,7 +179,7 @@ class ScriptedModel:
             if turn.retry_after is not None:
                 failed.headers["Retry-After"] = f"{turn.retry_after:g}"
             return failed
-        await asyncio.sleep(turn.delay_seconds)
+        await asyncio.sleep(_delay(turn))
         completion = _completion(self.script.model, index, turn, messages)
         if stream:
             cut = self._cuts.get(index, 0)
@@ -361,3 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _delay(turn: Turn) -> float:
+    """Seconds this request waits before it is answered."""
+    if turn.delay_max_seconds is None or turn.delay_max_seconds <= turn.delay_seconds:
+        return turn.delay_seconds
+    return random.uniform(turn.delay_seconds, turn.delay_max_seconds)
