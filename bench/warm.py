@@ -145,7 +145,7 @@ async def _until_warm(sandbox: DockerSandbox, tool: ToolDefinition) -> None:
     """Until the pool is full again and its refill's engine calls are over."""
     deadline = time.monotonic() + 60
     refilled = False
-    while not any(sandbox.pool._ready.values()) or sandbox._filling:
+    while not any(sandbox.pool._ready.values()) or sandbox.warm.filling:
         if time.monotonic() > deadline:
             raise TimeoutError("the warm pool was not refilled within 60 s")
         refilled = True

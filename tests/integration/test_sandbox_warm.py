@@ -225,7 +225,7 @@ async def _bound_by_a_dead_executor(
     warm = await _warmed(sandbox, tool)
     taken, _ = sandbox.pool.take(pool_key(tool))
     assert taken is not None and taken.id == warm
-    assert await sandbox._bind(taken, sandbox._name(spec.operation_id, spec.mode)) == "bound"
+    assert await sandbox.warm.bind(taken, sandbox._name(spec.operation_id, spec.mode)) == "bound"
     return warm
 
 
