@@ -187,9 +187,12 @@ async def main() -> None:
         report[f"{key}_ratio"] = report["with_idle"][key] / base if base else None
     report["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    await asyncio.to_thread(_save, Path(args.out), report)
+
+
+def _save(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
