@@ -202,6 +202,13 @@ class ScriptedModel:
         return hmac.compare_digest(presented.encode(), f"Bearer {self._token}".encode())
 
 
+def _delay(turn: Turn) -> float:
+    """Seconds this request waits before it is answered."""
+    if turn.delay_max_seconds is None or turn.delay_max_seconds <= turn.delay_seconds:
+        return turn.delay_seconds
+    return random.uniform(turn.delay_seconds, turn.delay_max_seconds)
+
+
 def scripted_app(script: Script, *, token: str) -> Starlette:
     """The scripted model server as an ASGI app (for ``tests/support/http_server.serve``)."""
     return ScriptedModel(script, token=token).app()
@@ -365,10 +372,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _delay(turn: Turn) -> float:
-    """Seconds this request waits before it is answered."""
-    if turn.delay_max_seconds is None or turn.delay_max_seconds <= turn.delay_seconds:
-        return turn.delay_seconds
-    return random.uniform(turn.delay_seconds, turn.delay_max_seconds)
