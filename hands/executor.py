@@ -177,23 +177,7 @@ class Executor:
             with log_context(operation_id=dispatch.operation_id, **ids), _traced(dispatch) as span:
                 span.set_attribute("brainhands.executor", self.executor_id)
                 result = await self._handle(dispatch)
-                if result is not None:
-                    # one line per operation handled, with its ids (runtime.logs)
-                    log.info(
-                        "operation %s (%s): %s, %s%s",
-                        dispatch.operation_id,
-                        dispatch.tool,
-                        "succeeded" if result.succeeded else "failed",
-                        result.path,
-                        f", {result.termination}" if result.termination else "",
-                    )
-                    span.set_attributes(
-                        {
-                            "brainhands.result.path": result.path,
-                            "brainhands.result.succeeded": result.succeeded,
-                            "brainhands.result.termination": result.termination or "",
-                        }
-                    )
+                _describe(span, None, dispatch.tool, result)
                 return result
         finally:
             self.inflight.pop(dispatch.operation_id, None)
@@ -752,15 +736,26 @@ class Executor:
             await self.sandbox.kill(run.operation_id)
             if record.cancel is None:
                 return True  # overdue: the next delivery finds no container and recovers
-        definition = await self._definition(record.tool, record.tool_version)
-        try:  # the record names who collects it, as a reconnect's does
-            record = await self._claim(record, definition, new_attempt=False)
-        except Busy:
-            return False  # its handler (or another reaper) wrote first: theirs to finish
-        outcome = await self._sandboxed(record, definition, DispatchMode.RUN, collect=True)
-        if outcome.absent:
-            return False  # collected by its own Hands meanwhile (or killed): nothing here
-        await self._finish(record, definition, outcome, "executed")
+        return await self._collect(record)
+
+    async def _collect(self, record: Operation) -> bool:
+        """Collect the exited container of an operation whose executor died, in the
+        operation's trace: the dispatch its session's committed intent holds carries the
+        Brain's context, so the attempt that ends it joins the one that began it."""
+        intent = await self.store.intent(record.session_id, record.operation_id)
+        dispatch = intent.dispatch if intent is not None else None
+        with _traced(dispatch) if dispatch is not None else contextlib.nullcontext() as span:
+            definition = await self._definition(record.tool, record.tool_version)
+            try:  # the record names who collects it, as a reconnect's does
+                record = await self._claim(record, definition, new_attempt=False)
+            except Busy:
+                return False  # its handler (or another reaper) wrote first: theirs to finish
+            outcome = await self._sandboxed(record, definition, DispatchMode.RUN, collect=True)
+            if outcome.absent:
+                return False  # collected by its own Hands meanwhile (or killed): nothing here
+            result = await self._finish(record, definition, outcome, "executed")
+            if span is not None:
+                _describe(span, self.executor_id, record.tool, result)
         return True
 
 
@@ -830,6 +825,30 @@ def _not_registered(tool: str, version: int | None) -> BrainhandsError:
 
 def _no_query(definition: ToolDefinition) -> BrainhandsError:
     return InvalidInput(f"tool {definition.ref} has no query entry point")
+
+
+def _describe(span: Any, executor: str | None, tool: str, result: OperationResult | None) -> None:
+    """Log the operation's end (one line per operation handled, with its ids:
+    ``runtime.logs``) and put it on its ``execute_tool`` span."""
+    if executor is not None:
+        span.set_attribute("brainhands.executor", executor)
+    if result is None:
+        return
+    log.info(
+        "operation %s (%s): %s, %s%s",
+        result.operation_id,
+        tool,
+        "succeeded" if result.succeeded else "failed",
+        result.path,
+        f", {result.termination}" if result.termination else "",
+    )
+    span.set_attributes(
+        {
+            "brainhands.result.path": result.path,
+            "brainhands.result.succeeded": result.succeeded,
+            "brainhands.result.termination": result.termination or "",
+        }
+    )
 
 
 def _traced(dispatch: Dispatch) -> Any:

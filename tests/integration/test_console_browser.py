@@ -204,9 +204,15 @@ async def _follow_kill_and_cancel(tmp_path: Path, chromium: Browser, env: dict[s
         brains = page.locator("tr.brain")  # the killed incarnation's record, and 2 live
         await expect(brains).to_have_count(3)
         await expect(brains.first).to_contain_text("of 8")
-        # the killed Hands' last beat (silent, once three beats are missed), and two live
+        # the killed Hands' last beat (silent, once three beats are missed), and two live;
+        # the page is rendered once: reload it until the killed one's beat is silent
         await expect(page.locator("tr.hands-instance")).to_have_count(3)
-        await expect(page.locator("tr.hands-instance.stale")).to_have_count(1, timeout=15_000)
+        for _ in range(30):
+            if await page.locator("tr.hands-instance.stale").count():
+                break
+            await asyncio.sleep(0.5)
+            await page.reload()
+        await expect(page.locator("tr.hands-instance.stale")).to_have_count(1)
     finally:
         bh("down", env=env)
 
@@ -289,8 +295,17 @@ def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     assert len(called) == 5 and all(s.parent_span_id in brain for s in hands)
     claims = [s for s in receiver.named("claim") if s.trace_id == expected]
     assert len({s.attributes["brainhands.executor"] for s in claims}) >= 2  # the killed one too
-    taken = [s for s in hands if s.attributes.get("brainhands.result.path") == "verified"]
-    assert taken  # the held email: taken over from the killed Hands, known by its query
+    # each email ends with a result on a Hands' span; the held one, whose Hands was
+    # killed while its container ran, by the Hands that collected that container (the
+    # answer was lost: known from the tool's query) — handling the redelivered dispatch,
+    # or reaping the container as a restarted Hands: either way in this trace
+    ended = {
+        s.attributes["gen_ai.tool.call.id"]: s.attributes.get("brainhands.result.path")
+        for s in hands
+        if s.attributes.get("brainhands.result.path")
+    }
+    assert set(ended) == called, ended
+    assert sorted(ended.values()) == ["executed"] * 4 + ["verified"], ended
     keys = (
         "brainhands.task.id",
         "brainhands.runner",
