@@ -75,8 +75,10 @@ class CommitBuilder:
         rev = current.rev if task_id in self._tasks else current.rev + 1
         if stored is None:  # created in this very commit
             rev = 1
+        # the fields as they are (nested records are frozen and validated already): only
+        # the new values are checked, and no dump of the whole record is made per phase
         updated = Task.model_validate(
-            {**current.model_dump(), **changes, "rev": rev, "updated_at": self.now}
+            {**current.__dict__, **changes, "rev": rev, "updated_at": self.now}
         )
         self._tasks[task_id] = updated
         return updated
@@ -114,7 +116,7 @@ class CommitBuilder:
         current = self.submission(request_id)
         rev = current.rev if request_id in self._submissions else current.rev + 1
         updated = Submission.model_validate(
-            {**current.model_dump(), **changes, "rev": rev, "updated_at": self.now}
+            {**current.__dict__, **changes, "rev": rev, "updated_at": self.now}
         )
         self._submissions[request_id] = updated
         return updated
