@@ -116,6 +116,14 @@ def worker(
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus/Redis prefix")] = "bh",
     concurrency: Annotated[int, typer.Option(help="sessions driven at once")] = 8,
     lease_seconds: Annotated[float, typer.Option(help="lease TTL (extended while driving)")] = 10,
+    redis_connections: Annotated[
+        int,
+        typer.Option(
+            envvar="BH_BRAIN_REDIS_CONNECTIONS",
+            min=4,
+            help="connections the slots share for leases, routes and wakes",
+        ),
+    ] = 64,
     probe_port: ProbePort = None,
     probe_host: ProbeHost = "127.0.0.1",
     approve: Approve = None,
@@ -138,7 +146,9 @@ def worker(
     try:
         ttl = timedelta(seconds=lease_seconds)
         probes = (probe_host, probe_port)
-        asyncio.run(_serve(settings, redis_url, namespace, concurrency, ttl, probes))
+        asyncio.run(
+            _serve(settings, redis_url, namespace, concurrency, ttl, probes, redis_connections)
+        )
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
@@ -151,11 +161,13 @@ async def _serve(
     concurrency: int,
     ttl: timedelta,
     probe_at: tuple[str, int | None],
+    redis_connections: int = 64,
 ) -> None:
     async with AsyncExitStack() as resources:
-        # leases, routes and wakes of every slot share it: a pool sized for the slots
-        # (redis-py caps it at 100 connections by default)
-        client = redis_client.connect(redis_url, max_connections=2 * concurrency + 32)
+        # leases, routes and wakes of every slot share it: short commands, so a bounded
+        # pool that a drive waits on serves thousands of slots (a pool sized for the
+        # slots opened about one connection per concurrent drive: 1,072 for 1,000)
+        client = redis_client.connect_bounded(redis_url, connections=redis_connections)
         resources.push_async_callback(client.aclose)
         built = await build(settings, resources, limits=_limits(settings, client, prefix))
         routes = Routes(client, prefix=prefix)

@@ -22,6 +22,18 @@ def connect(url: str, **options: Any) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(bare, **credentials, **options)
 
 
+def connect_bounded(url: str, *, connections: int, wait: float = 10.0) -> redis.asyncio.Redis:
+    """An asyncio client for ``url`` over at most ``connections`` connections: a caller
+    finding them all busy waits (up to ``wait`` seconds) for one to come back, instead
+    of opening another. Many concurrent short commands share a few connections, so a
+    process's connections to Redis do not grow with its concurrency."""
+    bare, credentials = _split(url)
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        bare, max_connections=connections, timeout=wait, **credentials
+    )
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
 def connect_sync(url: str, **options: Any) -> redis.Redis:
     """A blocking client for ``url`` (RQ's queues and workers want one)."""
     bare, credentials = _split(url)
