@@ -198,13 +198,18 @@ class Scheduler:
 
     async def reconcile(self, *, full: bool = True) -> list[str]:
         """The audit: wake every active session no Brain holds, and put every session
-        with open intents in the attention set; the sessions woken. Not ``full``, the
-        sessions marked quiet are left out (they wait for a person, a child or a timer
-        Redis holds: ``session_store.index``) but for this period's slice of them."""
+        with open intents in the attention set; the sessions woken. A listed session
+        that turns out finished (its drive was dropped before the index caught up) is
+        swept from the index, not woken. Not ``full``, the sessions marked quiet are
+        left out (they wait for a person, a child or a timer Redis holds:
+        ``session_store.index``) but for this period's slice of them."""
         woken = []
         verify = None if full else self._quiet_slice()
         async for session_id in self.store.active_sessions(verify=verify):
             handle = await self.store.session(session_id)
+            if not handle.state.is_active:
+                await self.store.sweep(session_id)
+                continue
             if handle.state.intents:
                 await self.wakes.attention.watch(session_id, after=timedelta(0))
             if await self.leases.holder(session_id) is None:

@@ -13,6 +13,7 @@ the archive first (one read each), so ids stay unique and results enter a sessio
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -182,16 +183,28 @@ class CommitLog:
         if adopted is not None:
             _become(state, adopted)
         apply(state, record)
-        if was_active != becomes_active:
-            await self._update_index(state.session_id, record.seq, becomes_active)
-        if fence is None and becomes_active and record.seq > 1:  # a new one has no mark
-            await self._unquiet(state.session_id, record.seq)
+        unquiet = fence is None and becomes_active and record.seq > 1  # a new one has no mark
+        if was_active != becomes_active or unquiet:
+            # The commit landed: the index catches up even if the writer is cancelled now
+            # (a drive dropped when its lease was lost), or a finished session stays listed.
+            await asyncio.shield(
+                self._catch_up(state.session_id, record.seq, was_active, becomes_active, unquiet)
+            )
         return CommitReceipt.model_construct(
             session_id=record.session_id,
             seq=record.seq,
             fence=record.fence,
             committed_at=record.committed_at,
         )
+
+    async def _catch_up(
+        self, session_id: str, seq: int, was_active: bool, becomes_active: bool, unquiet: bool
+    ) -> None:
+        """The index after a commit that landed: its active marker, its quiet mark."""
+        if was_active != becomes_active:
+            await self._update_index(session_id, seq, becomes_active)
+        if unquiet:
+            await self._unquiet(session_id, seq)
 
     async def _update_index(self, session_id: str, seq: int, becomes_active: bool) -> None:
         # The commit has landed: its receipt must reach the writer whatever happens here.

@@ -531,3 +531,21 @@ async def _quiet(store: SessionStore, session_id: str) -> bool:
     marked = {s async for s in store.active_sessions(verify=lambda _: False)}
     active = {s async for s in store.active_sessions()}
     return session_id in active and session_id not in marked
+
+
+async def test_the_audit_sweeps_a_finished_session_the_index_still_lists(
+    tmp_path: Path, location: StoreLocation
+) -> None:
+    """A drive dropped right after the commit that finished its session (its lease lost
+    under load) left the session's active marker: the audit sweeps it instead of waking
+    the session at every pass."""
+    registry = Registry()
+    registry.add(kind("answer", {"start": _answer}))
+    async with system(tmp_path, location, registry, hands=False) as s:
+        await s.client.submit("done", "r1", {"task": {"kind": "answer", "input": 1}})
+        await s.wakes.wake("done", reason="submission")
+        await assert_eventually(lambda: _answered(s.store, "done", "r1"), within=20)
+        await s.store.index.mark("done")  # what the dropped drive left behind
+        assert "done" in {session_id async for session_id in s.store.active_sessions()}
+        assert await s.scheduler.reconcile() == [], "nothing to wake"
+        assert "done" not in {session_id async for session_id in s.store.active_sessions()}

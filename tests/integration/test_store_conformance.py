@@ -8,6 +8,7 @@ parameter comes from the ``location`` fixture (``tests.support.stores.location_f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -511,6 +512,37 @@ async def test_a_quiet_mark_leaves_a_session_out_until_news_lands(location: Stor
     assert await listed(recheck=True) == {"waiting"}
     marks = await store.backend.keys(quiet_partition("busy"))
     assert "busy" not in marks, "a finished session keeps no quiet mark"
+
+
+async def test_a_drive_dropped_after_its_finishing_commit_still_sweeps_the_marker(
+    location: StoreLocation,
+) -> None:
+    """The commit that finished the session landed; its writer (a drive whose lease was
+    lost) is cancelled while the index catches up: the index still catches up."""
+    store = await location.open()
+    handle = await store.session("s1")
+    started = task()
+    await handle.commit(Commit(tasks=(started,)), fence=F)
+    sweeping, go_on = asyncio.Event(), asyncio.Event()
+    sweep = store.index.sweep
+
+    async def slow_sweep(session_id: str, *, finished_at_seq: int) -> None:
+        sweeping.set()
+        await go_on.wait()
+        await sweep(session_id, finished_at_seq=finished_at_seq)
+
+    store.index.sweep = slow_sweep  # type: ignore[method-assign]
+    finishing = asyncio.create_task(handle.commit(Commit(tasks=(finish(started),)), fence=F))
+    await sweeping.wait()
+    finishing.cancel()  # the drive is dropped
+    with contextlib.suppress(asyncio.CancelledError):
+        await finishing
+    go_on.set()
+    for _ in range(100):  # the sweep goes on by itself
+        if await _active(location) == set():
+            break
+        await asyncio.sleep(0.05)
+    assert await _active(location) == set()
 
 
 # --- the directory of every session --------------------------------------------------------
