@@ -959,6 +959,11 @@ async def test_the_cli_refuses_clearly_what_a_newcomer_might_type(api: Api, tmp_
     assert (state.submissions["p1"].input, state.submissions["f1"].input) == ("hi\n", "from a file")
     unknown = await asyncio.to_thread(cli, "watch", "nosuch")
     assert unknown.exit_code != 0 and "has no commits" in unknown.output
+    huge = tmp_path / "huge.txt"
+    huge.write_text("x" * 5_000_000)  # 5 MB, from a file as a newcomer would send a log
+    refused = await asyncio.to_thread(cli, "submit", "s1", "--file", str(huge))
+    assert refused.exit_code == 2, refused.output
+    assert "over this API's limit" in refused.output and "commit 1" not in refused.output
 
     big = await api.http.post(
         "/v1/sessions/s1/submissions", json={"request_id": "big", "input": "x" * 200_000}
