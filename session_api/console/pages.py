@@ -213,12 +213,24 @@ def console_router(
             request,
             grant,
             found=found,
+            exact=await _exact(prefix, found.sessions, grant),
             every=every,
             status=status,
             prefix=prefix,
             kind=kind,
             statuses=[s.value for s in SessionStatus],
         )
+
+    async def _exact(typed: str, listed: Sequence[Any], grant: Grant) -> str | None:
+        """The session whose id is exactly what was typed, when this page does not list
+        it (finished, or past this page): an id pasted from a log or an alert."""
+        if not typed or any(s.session_id == typed for s in listed) or not grant.covers(typed):
+            return None
+        try:
+            handle = await context.store.session(typed)
+        except BrainhandsError:
+            return None
+        return typed if handle.seq > 0 else None
 
     async def _session_values(session_id: str, grant: Grant, older: int | None) -> dict[str, Any]:
         check_session(grant, session_id)

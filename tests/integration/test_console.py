@@ -286,6 +286,20 @@ async def test_the_list_of_sessions_with_work_left_is_paged(api: Api) -> None:
         assert wrong.status_code == 422 and "no session status 'done'" in wrong.text
 
 
+async def test_an_id_pasted_into_the_search_finds_a_finished_session(api: Api) -> None:
+    """The sessions page lists those with work left; a finished session's exact id,
+    pasted into the search, is offered as a link all the same (an id from a log or an
+    alert); an id of no session is not."""
+    await api.submit("r1", {"task": {"kind": "calc", "input": {"n": 2}}}, session="done-1")
+    await api.k.run("done-1")
+    async with browser(api) as client:
+        page = (await client.get("/console/sessions", params={"prefix": "done-1"})).text
+        assert 'class="exact"' in page and 'href="/console/sessions/done-1"' in page
+        assert "No session matches" in page  # the list itself: work left only
+        none = (await client.get("/console/sessions", params={"prefix": "nope"})).text
+        assert 'class="exact"' not in none
+
+
 async def test_an_uncertain_operation_is_settled_from_its_page_and_its_task_goes_on(
     api: Api,
 ) -> None:
