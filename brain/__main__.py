@@ -169,13 +169,17 @@ async def _serve(
         # slots opened about one connection per concurrent drive: 1,072 for 1,000)
         client = redis_client.connect_bounded(redis_url, connections=redis_connections)
         resources.push_async_callback(client.aclose)
+        # lease extensions on a few connections of their own: a lease being kept never
+        # queues behind a burst of acquisitions (it would lapse unproven)
+        keeping = redis_client.connect_bounded(redis_url, connections=8)
+        resources.push_async_callback(keeping.aclose)
         built = await build(settings, resources, limits=_limits(settings, client, prefix))
         routes = Routes(client, prefix=prefix)
         wakes = RQWakes(redis_url, prefix=prefix, router=SessionRouter(built.store, routes))
         resources.callback(wakes.close)
         service = BrainService(
             runner=built.runner,
-            leases=RedisLeases(client, prefix=prefix),
+            leases=RedisLeases(client, prefix=prefix, keeping=keeping),
             wakes=wakes,
             redis_url=redis_url,
             concurrency=concurrency,

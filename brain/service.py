@@ -33,6 +33,7 @@ from brain.runner import DriveReport, SessionRunner
 from contracts import BrainhandsError, LeaseLost, StoreUnavailable
 from coordination import redis_client
 from coordination.consumer import WakeConsumer
+from coordination.extensions import Extensions
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import LeaseProof
 from coordination.protocols import Lease, LeaseStore
@@ -73,6 +74,8 @@ class BrainService:
         self.redis_url = redis_url
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
+        #: the drives' lease extensions, sent together when they come due together
+        self._extensions = Extensions(leases, ttl=lease_ttl)
         #: after SIGTERM, how long running drives may take to end (then the leases are
         #: handed back all the same: a drive still running commits nothing past them)
         self.drain = timedelta(seconds=10)
@@ -321,7 +324,7 @@ class BrainService:
             sent_at = time.monotonic()
             try:
                 async with asyncio.timeout(proof.remaining()):  # a hung reply is a failure
-                    lease = await self.leases.extend(proof.lease, ttl=self.lease_ttl)
+                    lease = await self._extensions.extend(proof.lease)
             except LeaseLost as lost:
                 log.warning("%s", lost.message)
                 self.metrics.lease_lost("taken")

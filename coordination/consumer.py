@@ -17,6 +17,15 @@ dies is not kept in a list to recover: as before (RQ's intermediate list was cle
 its maintenance only), the session is found again by the scheduler — the attention set,
 lapsed leases, the audit. A frozen Brain holds at most one blocked dequeue (not one per
 slot), and for at most ``BLOCK_S``.
+
+**Admission.** Slots bound how many sessions a Brain drives at once, not how fast it
+starts them: thousands of slots taking a burst of wakes at once swamped the event loop,
+and the leases the Brain already held lapsed unproven (at 4 Brains of 1,000 slots,
+5,000 dropped drives for 4,000 sessions). The consumer watches how late the loop runs a
+timer, and lets the loop turn once before each wake it takes (a turn grows with the
+drives starting in it); it takes no new wake while the loop is more than
+``LAG_LIMIT_S`` behind: the drives it has go on, their leases kept, and the wakes wait
+in the queue for this Brain or another.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ log = logging.getLogger(__name__)
 BLOCK_S = 1
 #: pauses after Redis failed a dequeue, doubling
 _RETRY_S = (0.5, 5.0)
+#: the event loop is behind by more than this: no new wake is taken until it catches up
+LAG_LIMIT_S = 0.1
+#: how often the loop's lag is read (a timer of this length, and how late it fires)
+_LAG_EVERY_S = 0.05
 _FAILURE_TTL_S = 86400
 
 
@@ -89,12 +102,18 @@ class WakeConsumer:
         self._stopping = asyncio.Event()
         #: the dequeue loop is running (readiness)
         self.running = False
+        #: how late the event loop last ran a timer, seconds (``_watch_lag``)
+        self.lag = 0.0
+        self._calm = asyncio.Event()  # set while the lag is within LAG_LIMIT_S
+        self._calm.set()
 
     async def run(self) -> None:
         self.running = True
         pause = _RETRY_S[0]
+        watching = asyncio.create_task(self._watch_lag())
         try:
             while await self._free_slot():  # a slot first: a busy Brain leaves wakes
+                await self._admit()
                 try:
                     job_id = await self._take()
                 except (redis.RedisError, OSError) as error:
@@ -112,10 +131,35 @@ class WakeConsumer:
                 task.add_done_callback(self._drives.discard)
         finally:
             self.running = False
+            await cancel_and_wait(watching)
+
+    async def _watch_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(_LAG_EVERY_S)
+            self.lag = max(0.0, loop.time() - started - _LAG_EVERY_S)
+            if self.lag > LAG_LIMIT_S and not self._stopping.is_set():
+                self._calm.clear()
+            else:
+                self._calm.set()
+
+    async def _admit(self) -> None:
+        """Wait, holding the slot, until a drive may start: one turn of the event loop
+        first — every ready drive takes its next step — so a burst of wakes is taken
+        only as fast as the loop turns (a turn grows with the drives starting in it),
+        and not at all while the loop runs timers more than ``LAG_LIMIT_S`` late."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.sleep(0)
+        if loop.time() - started > LAG_LIMIT_S:
+            self._calm.clear()  # the watcher sets it again once the loop catches up
+        await self._calm.wait()
 
     def stop(self) -> None:
         """Take no more wakes: the dequeue in progress ends within ``BLOCK_S``."""
         self._stopping.set()
+        self._calm.set()
 
     async def _free_slot(self) -> bool:
         """A slot taken, or False once stopping (also while every slot is busy)."""

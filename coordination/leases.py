@@ -19,7 +19,7 @@ stale holder (see ``docs/leases.md``). Redis errors are translated into
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -191,10 +191,12 @@ class RedisLeases:
 
     ``client`` is a ``redis.asyncio.Redis`` owned by the caller, who closes it; this
     class never does. It works with ``decode_responses`` on or off. ``prefix`` keeps
-    deployments (and test runs) sharing one Redis apart.
+    deployments (and test runs) sharing one Redis apart. ``keeping``, when given, is the
+    client extensions go through (its own few connections): a lease being kept never
+    waits for a connection behind a burst of acquisitions on ``client``'s pool.
     """
 
-    def __init__(self, client: Redis, *, prefix: str = "bh") -> None:
+    def __init__(self, client: Redis, *, prefix: str = "bh", keeping: Redis | None = None) -> None:
         if not prefix or any(c.isspace() for c in prefix):
             raise InvalidInput(
                 f"lease key prefix must be non-empty without whitespace, got {prefix!r}",
@@ -203,7 +205,8 @@ class RedisLeases:
         self._client = client
         self._prefix = prefix
         self._acquire = client.register_script(_ACQUIRE)
-        self._extend = client.register_script(_EXTEND)
+        self._keeping = keeping or client
+        self._extend = self._keeping.register_script(_EXTEND)
         self._release = client.register_script(_RELEASE)
         self._lapsed = client.register_script(_LAPSED)
 
@@ -274,6 +277,33 @@ class RedisLeases:
         if current != expected:
             raise _lost(lease, current)
         return lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
+
+    async def extend_many(
+        self, leases: Sequence[Lease], *, ttl: timedelta
+    ) -> list[Lease | LeaseLost]:
+        """``extend`` of each lease in one round trip (a pipeline): each lease extended,
+        or the ``LeaseLost`` saying why not. Redis failing fails them all."""
+        if not leases:
+            return []
+        with _translated("extend", leases[0].session_id if len(leases) == 1 else "*"):
+            async with self._keeping.pipeline(transaction=False) as pipe:
+                for lease in leases:
+                    await self._extend(
+                        keys=[self.lease_key(lease.session_id), self.watch_key],
+                        args=[_value(lease), _millis(ttl), lease.session_id],
+                        client=pipe,
+                    )
+                replies = await pipe.execute()
+        extended: list[Lease | LeaseLost] = []
+        for lease, reply in zip(leases, replies, strict=True):
+            current = _text(reply)
+            if current != _value(lease):
+                extended.append(_lost(lease, current))
+            else:
+                extended.append(
+                    lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
+                )
+        return extended
 
     async def release(self, lease: Lease) -> bool:
         """Delete the lease if Redis still holds exactly this holder and fence; False if it

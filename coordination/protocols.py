@@ -3,9 +3,11 @@ runnable work (wakes)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from contracts import LeaseLost
 from contracts.model import Frozen
 
 
@@ -37,6 +39,13 @@ class LeaseStore(Protocol):
 
     async def extend(self, lease: Lease, *, ttl: timedelta | None = None) -> Lease:
         """Extend a lease still held by its holder; ``LeaseLost`` otherwise."""
+        ...
+
+    async def extend_many(
+        self, leases: Sequence[Lease], *, ttl: timedelta
+    ) -> list[Lease | LeaseLost]:
+        """``extend`` of each lease together (one round trip); each lease extended or the
+        ``LeaseLost`` saying why not."""
         ...
 
     async def release(self, lease: Lease) -> bool:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,7 +29,7 @@ from brain.runner import SessionRunner
 from brain.service import BrainService
 from brain.services import Services
 from brain.tools import LocalDispatcher, QueryAnswer, ToolSpec
-from contracts import Outcome, StoreUnavailable, utcnow
+from contracts import LeaseLost, Outcome, StoreUnavailable, utcnow
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.protocols import Lease
@@ -90,6 +90,13 @@ class FaultyLeases(RedisLeases):
     async def extend(self, lease: Lease, *, ttl: timedelta | None = None) -> Lease:
         self.faults.extending(lease)
         return await super().extend(lease, ttl=ttl)
+
+    async def extend_many(
+        self, leases: Sequence[Lease], *, ttl: timedelta
+    ) -> list[Lease | LeaseLost]:
+        for lease in leases:  # a failed round trip fails the whole batch
+            self.faults.extending(lease)
+        return await super().extend_many(leases, ttl=ttl)
 
 
 class Freeze(CrashPoints):

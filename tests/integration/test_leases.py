@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -22,7 +22,9 @@ from redis.backoff import NoBackoff
 
 from contracts.errors import InvalidInput, LeaseLost, StoreUnavailable
 from coordination import redis_client
+from coordination.extensions import Extensions
 from coordination.leases import RedisLeases
+from coordination.protocols import Lease
 from tests.support.eventually import assert_eventually
 from tests.support.services import require
 
@@ -328,3 +330,30 @@ async def test_a_lease_that_lapses_unreleased_is_reported_once(redis_url: str) -
         found = await asyncio.gather(leases.lapsed(), other.lapsed())
         assert sorted(found[0] + found[1]) == ["dead"], found
         assert await leases.lapsed() == [] and await other.lapsed() == []
+
+
+async def test_extensions_due_together_go_to_redis_in_one_round_trip(rig: Rig) -> None:
+    """A burst of drives keeping their leases (``coordination.extensions``): the
+    extensions asked for in one turn of the loop are one pipeline; each drive hears its
+    own lease's fate — extended, or lost to a release behind its back."""
+    leases = rig.leases
+    held = [await leases.acquire(f"s{n}", "brain-a", ttl=SHORT) for n in range(50)]
+    assert all(lease is not None for lease in held)
+    kept = [lease for lease in held if lease is not None]
+    await leases.release(kept[7])  # gone: its drive must hear LeaseLost
+    sent: list[int] = []
+    batched = leases.extend_many
+
+    async def counting(batch: Sequence[Lease], *, ttl: timedelta) -> list[Lease | LeaseLost]:
+        sent.append(len(batch))
+        return await batched(batch, ttl=ttl)
+
+    leases.extend_many = counting  # type: ignore[method-assign]
+    extensions = Extensions(leases, ttl=LONG)
+    results = await asyncio.gather(
+        *(extensions.extend(lease) for lease in kept), return_exceptions=True
+    )
+    assert sent == [50], "one round trip for the burst"
+    assert isinstance(results[7], LeaseLost)
+    assert all(r.ttl == LONG for n, r in enumerate(results) if n != 7)  # type: ignore[union-attr]
+    assert await rig.client.pttl(leases.lease_key("s0")) > 1_000
