@@ -29,30 +29,36 @@ def walkthrough() -> str:
     return found.group(1)
 
 
-def test_the_tools_in_sandboxes_walkthrough_runs_as_written() -> None:
-    require("BH_REDIS_URL", "Redis")
-    require("BH_NATS_URL", "NATS JetStream")
-    tool_images()
-    block = walkthrough()
-    assert "bh submit fetch-1" in block and "bh watch fetch-1 --until-done" in block
-    # what a new shell has: no system variables of an earlier `bh up`
+def typed_into_a_new_shell(
+    script: str, *, timeout: float, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``script`` run by bash from the checkout with what a new shell has (no system
+    variables of an earlier ``bh up``), then ``bh down`` whatever happened."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BH_", "VIRTUAL_ENV"))}
-    env |= {"COLUMNS": "200", "PATH": os.environ["PATH"]}
-    script = "set -e\n" + block
+    env |= {"COLUMNS": "200", "PATH": os.environ["PATH"], **(extra or {})}
     try:
-        done = subprocess.run(
+        return subprocess.run(
             ["bash", "-c", script],
             cwd=ROOT,
             env=env,
             capture_output=True,
             text=True,
-            timeout=420,
+            timeout=timeout,
             check=False,
         )
     finally:
         subprocess.run(
             ["bash", "-c", ". .venv/bin/activate; bh down"], cwd=ROOT, env=env, check=False
         )
+
+
+def test_the_tools_in_sandboxes_walkthrough_runs_as_written() -> None:
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    tool_images()
+    block = walkthrough()
+    assert "bh submit fetch-1" in block and "bh watch fetch-1 --until-done" in block
+    done = typed_into_a_new_shell("set -e\n" + block, timeout=420)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     assert "http_get@1 registered" in out or "already registered" in out
@@ -84,27 +90,12 @@ def test_the_whole_system_blocks_run_as_written(tmp_path: Path) -> None:
     tool_images()
     found = blocks(WHOLE_SYSTEM)
     assert len(found) == 3, "the section's blocks: whole system, approvals, stream and fork"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BH_", "VIRTUAL_ENV"))}
-    env |= {"COLUMNS": "200", "PATH": os.environ["PATH"]}
-    # a store of its own: the README's commands reuse the checkout's, where an earlier
-    # run left these sessions answered (a new user's first run has none)
-    env["BH_STORE_URL"] = f"sqlite:///{tmp_path}/store.db"
     marks = [f"echo '=== block {n} ==='\n{_typed(block)}" for n, block in enumerate(found, 1)]
     script = "set -e\n. .venv/bin/activate\n" + "\n".join(marks)
-    try:
-        done = subprocess.run(
-            ["bash", "-c", script],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-    finally:
-        subprocess.run(
-            ["bash", "-c", ". .venv/bin/activate; bh down"], cwd=ROOT, env=env, check=False
-        )
+    # a store of its own: the README's commands reuse the checkout's, where an earlier
+    # run left these sessions answered (a new user's first run has none)
+    store = {"BH_STORE_URL": f"sqlite:///{tmp_path}/store.db"}
+    done = typed_into_a_new_shell(script, timeout=900, extra=store)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-8000:]
     first, second, third = done.stdout.split("=== block ")[1:]
