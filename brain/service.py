@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from datetime import timedelta
 
 import redis
@@ -43,6 +43,9 @@ from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
 
 log = logging.getLogger(__name__)
+
+#: drive reports a Brain keeps for looking at (tests, a debugger); the count is kept
+REPORTS_KEPT = 1000
 #: how soon a failed advertisement is tried again
 _READVERTISE_S = 1.0
 
@@ -84,7 +87,9 @@ class BrainService:
         #: what this Brain advertises: its kinds and versions, and its model by name
         self.offers = (*runner.registry.compatibility(), *model_offers(model))
         self.route = route_of(self.offers) if routes is not None else wakes.route
-        self.reports: list[DriveReport] = []
+        #: the newest drive reports (bounded: a Brain runs for months), and how many
+        self.reports: deque[DriveReport] = deque(maxlen=REPORTS_KEPT)
+        self.drives = 0
         #: liveness evidence of this and other Brain incarnations (restart limit)
         self._evidence = redis_client.connect(redis_url)
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
@@ -283,6 +288,7 @@ class BrainService:
         session that needs nothing until someone else acts is marked quiet, after its
         timer is queued (the audit leaves quiet sessions be: ``session_store.index``)."""
         self.reports.append(report)
+        self.drives += 1
         if report.next_wake_at is not None and not report.fenced:
             await self.wakes.wake(report.session_id, reason="timer", at=report.next_wake_at)
         if report.awaiting and not report.fenced:

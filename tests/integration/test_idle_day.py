@@ -74,7 +74,7 @@ async def test_a_session_asleep_for_a_simulated_day_writes_a_constant_number_of_
         await assert_eventually(lambda: _status(store, "sleeping"), within=20)
         before = (await store.session("s1")).seq
         scheduler = Scheduler(store=store, bus=None, wakes=wakes, leases=leases)
-        drives = sum(len(b.reports) for b in brains)
+        drives = sum(b.drives for b in brains)
         for _ in range(PASSES + 1):  # one day of audits, and the first past the wake time
             clock.now += PERIOD
             woken = await scheduler.reconcile()
@@ -99,4 +99,4 @@ async def _status(store: SessionStore, status: str) -> bool:
 
 
 async def _driven(brains: list[BrainService], count: int) -> bool:
-    return sum(len(b.reports) for b in brains) >= count
+    return sum(b.drives for b in brains) >= count
