@@ -13,7 +13,8 @@ one-round agent sessions and wakes them all; measured per round:
   clients' connection pools);
 * the Brains' resident memory at its peak over their idle memory (before the first
   round), per session;
-* Redis's connected clients with and without the Brains, idle and at the peak, per Brain.
+* the Brains' Redis connections (by the names they give them), idle and at the peak,
+  per Brain.
 
 The round ends when the store's active index is empty (every session answered: a
 one-round session finishes with its answer), read every second — a listing of 16 shards,
@@ -177,8 +178,15 @@ def _rss(pid: int | None) -> int:
 
 
 async def _clients(system: Rig) -> int:
-    info = await system.redis.info("clients")
-    return int(info["connected_clients"])
+    """The Brains' connections: by the names they give them (``brain-<pid>``, and the
+    wake consumer's ``<holder>.wakes``) — not the benchmark's own."""
+    listed = await system.redis.client_list()
+    return sum(
+        1
+        for client in listed
+        if str(client.get("name", "")).startswith("brain-")
+        or str(client.get("name", "")).endswith(".wakes")
+    )
 
 
 def _save(path: Path, report: dict[str, Any]) -> None:

@@ -167,11 +167,12 @@ async def _serve(
         # leases, routes and wakes of every slot share it: short commands, so a bounded
         # pool that a drive waits on serves thousands of slots (a pool sized for the
         # slots opened about one connection per concurrent drive: 1,072 for 1,000)
-        client = redis_client.connect_bounded(redis_url, connections=redis_connections)
+        name = f"brain-{os.getpid()}"  # CLIENT LIST: this Brain's connections
+        client = redis_client.connect_bounded(redis_url, connections=redis_connections, name=name)
         resources.push_async_callback(client.aclose)
         # lease extensions on a few connections of their own: a lease being kept never
         # queues behind a burst of acquisitions (it would lapse unproven)
-        keeping = redis_client.connect_bounded(redis_url, connections=8)
+        keeping = redis_client.connect_bounded(redis_url, connections=8, name=name)
         resources.push_async_callback(keeping.aclose)
         built = await build(settings, resources, limits=_limits(settings, client, prefix))
         routes = Routes(client, prefix=prefix)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import Counter, deque
 from datetime import timedelta
@@ -91,7 +92,9 @@ class BrainService:
         self.reports: deque[DriveReport] = deque(maxlen=REPORTS_KEPT)
         self.drives = 0
         #: liveness evidence of this and other Brain incarnations (restart limit)
-        self._evidence = redis_client.connect(redis_url)
+        self._evidence = redis_client.connect_bounded(
+            redis_url, connections=8, name=f"brain-{os.getpid()}"
+        )
         self.incarnations = RedisIncarnations(self._evidence, prefix=wakes.prefix)
         #: wake jobs refused (not the wake function of one session id), by reason
         self.refused_wakes: Counter[str] = Counter()

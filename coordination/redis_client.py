@@ -22,14 +22,18 @@ def connect(url: str, **options: Any) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(bare, **credentials, **options)
 
 
-def connect_bounded(url: str, *, connections: int, wait: float = 10.0) -> redis.asyncio.Redis:
+def connect_bounded(
+    url: str, *, connections: int, wait: float = 10.0, name: str | None = None
+) -> redis.asyncio.Redis:
     """An asyncio client for ``url`` over at most ``connections`` connections: a caller
     finding them all busy waits (up to ``wait`` seconds) for one to come back, instead
     of opening another. Many concurrent short commands share a few connections, so a
-    process's connections to Redis do not grow with its concurrency."""
+    process's connections to Redis do not grow with its concurrency. ``name``: each
+    connection's client name (``CLIENT LIST`` shows whose it is)."""
     bare, credentials = _split(url)
+    named = {"client_name": name} if name else {}
     pool = redis.asyncio.BlockingConnectionPool.from_url(
-        bare, max_connections=connections, timeout=wait, **credentials
+        bare, max_connections=connections, timeout=wait, **credentials, **named
     )
     return redis.asyncio.Redis(connection_pool=pool)
 
