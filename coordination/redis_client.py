@@ -35,7 +35,7 @@ def connect_bounded(
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         bare, max_connections=connections, timeout=wait, **credentials, **named
     )
-    return redis.asyncio.Redis(connection_pool=pool)
+    return redis.asyncio.Redis.from_pool(pool)  # its aclose() closes the pool too
 
 
 def connect_sync(url: str, **options: Any) -> redis.Redis:
