@@ -27,6 +27,8 @@ from contracts.errors import StoreUnavailable
 
 #: the longest the scheduler waits without looking: the bound on a lost signal's delay
 LONGEST_WAIT: Final = 5.0
+#: a blocking wait ends this long before the client's read timeout would
+_READ_MARGIN: Final = 1.0
 
 # KEYS: due, held. Returns {earliest delayed wake's due time (host seconds) or false,
 # ms until the earliest lease lapse (server time) or false}.
@@ -60,6 +62,7 @@ class Timer:
         self._prefix = prefix
         self._keys = [due_key, held_key]
         self._next = client.register_script(_NEXT)
+        self._longest = _longest_block(client)
 
     async def next_in(self, now: float) -> float:
         """Seconds until the earliest delayed wake or lease lapse is due (0: one is),
@@ -82,11 +85,20 @@ class Timer:
         try:
             # BLPOP's timeout is in seconds with a decimal; 0 would mean forever
             got = await self._client.blpop(
-                [timer_key(self._prefix)], timeout=_at_least_1ms(seconds)
+                [timer_key(self._prefix)], timeout=_at_least_1ms(min(seconds, self._longest))
             )
         except RedisError as error:
             raise StoreUnavailable(f"cannot wait for the timers: {error}") from None
         return got is not None
+
+
+def _longest_block(client: Redis) -> float:
+    """How long a blocking command may wait on ``client``: less than its read timeout
+    (redis-py's default is 5 s, as long as ``LONGEST_WAIT``), or a wait that ends empty
+    is a timeout error, a dropped connection and a new one."""
+    pool = client.connection_pool
+    read = pool.connection_class(**pool.connection_kwargs).socket_timeout  # not connected
+    return math.inf if read is None else max(read - _READ_MARGIN, read / 2)
 
 
 def _at_least_1ms(seconds: float) -> float:

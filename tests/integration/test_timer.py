@@ -98,3 +98,27 @@ async def test_a_waiting_scheduler_fires_a_timer_due_before_its_longest_wait(
             await scheduler.shutdown()
             await running
         assert 0.4 < took < 1.5
+
+
+async def test_the_longest_wait_ends_quietly_on_a_client_with_the_default_read_timeout() -> None:
+    """An idle scheduler waits ``LONGEST_WAIT`` at a time on the client every service
+    builds (redis-py's read timeout: 5 s by default). The wait must end as a wait, not as
+    a read timeout: that was a warning in the scheduler's log every 5 s, a dropped
+    connection and a new one (``HELLO`` + ``AUTH``) for each."""
+    async with parts() as p:
+        started = time.monotonic()
+        assert not await p.timer.wait(await p.timer.next_in(time.time()))
+        assert time.monotonic() - started >= LONGEST_WAIT - 1.5
+        first = _sockets(p.client)
+        assert not await p.timer.wait(LONGEST_WAIT)
+        assert _sockets(p.client) == first, "the wait's connection was dropped, another made"
+
+
+def _sockets(client: Redis) -> set[object]:
+    """The local addresses of the client's open connections."""
+    pool = client.connection_pool
+    return {
+        c._writer.get_extra_info("sockname")  # type: ignore[attr-defined]
+        for c in [*pool._available_connections, *pool._in_use_connections]
+        if c.is_connected
+    }
