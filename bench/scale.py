@@ -180,13 +180,8 @@ def _rss(pid: int | None) -> int:
 async def _clients(system: Rig) -> int:
     """The Brains' connections: by the names they give them (``brain-<pid>``, and the
     wake consumer's ``<holder>.wakes``) — not the benchmark's own."""
-    listed = await system.redis.client_list()
-    return sum(
-        1
-        for client in listed
-        if str(client.get("name", "")).startswith("brain-")
-        or str(client.get("name", "")).endswith(".wakes")
-    )
+    names = [str(client.get("name", "")) for client in await system.redis.client_list()]
+    return sum(1 for name in names if name.startswith("brain-") or name.endswith(".wakes"))
 
 
 def _save(path: Path, report: dict[str, Any]) -> None:

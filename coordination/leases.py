@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -267,16 +268,12 @@ class RedisLeases:
         """Give ``lease`` ``ttl`` (default: its own) from now, if Redis still holds exactly
         this holder and fence; ``LeaseLost`` otherwise."""
         ttl = lease.ttl if ttl is None else ttl
-        expected = _value(lease)
         with _translated("extend", lease.session_id):
-            current = await self._extend(
-                keys=[self.lease_key(lease.session_id), self.watch_key],
-                args=[expected, _millis(ttl), lease.session_id],
-            )
-        current = _text(current)
-        if current != expected:
-            raise _lost(lease, current)
-        return lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
+            reply = await self._extend_one(lease, ttl, self._keeping)
+        kept = _kept(lease, reply, ttl)
+        if isinstance(kept, LeaseLost):
+            raise kept
+        return kept
 
     async def extend_many(
         self, leases: Sequence[Lease], *, ttl: timedelta
@@ -288,22 +285,18 @@ class RedisLeases:
         with _translated("extend", leases[0].session_id if len(leases) == 1 else "*"):
             async with self._keeping.pipeline(transaction=False) as pipe:
                 for lease in leases:
-                    await self._extend(
-                        keys=[self.lease_key(lease.session_id), self.watch_key],
-                        args=[_value(lease), _millis(ttl), lease.session_id],
-                        client=pipe,
-                    )
+                    await self._extend_one(lease, ttl, pipe)
                 replies = await pipe.execute()
-        extended: list[Lease | LeaseLost] = []
-        for lease, reply in zip(leases, replies, strict=True):
-            current = _text(reply)
-            if current != _value(lease):
-                extended.append(_lost(lease, current))
-            else:
-                extended.append(
-                    lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
-                )
-        return extended
+        return [_kept(lease, reply, ttl) for lease, reply in zip(leases, replies, strict=True)]
+
+    async def _extend_one(self, lease: Lease, ttl: timedelta, client: Any) -> Any:
+        """The extend script for ``lease`` on ``client`` (the keeping client, or a
+        pipeline of it: then only queued)."""
+        return await self._extend(
+            keys=[self.lease_key(lease.session_id), self.watch_key],
+            args=[_value(lease), _millis(ttl), lease.session_id],
+            client=client,
+        )
 
     async def release(self, lease: Lease) -> bool:
         """Delete the lease if Redis still holds exactly this holder and fence; False if it
@@ -365,6 +358,14 @@ def _text(reply: object) -> str | None:
     if isinstance(reply, bytes):
         return reply.decode()
     return str(reply)
+
+
+def _kept(lease: Lease, reply: object, ttl: timedelta) -> Lease | LeaseLost:
+    """What the extend script's ``reply`` (the lease's value now) says of ``lease``."""
+    current = _text(reply)
+    if current != _value(lease):
+        return _lost(lease, current)
+    return lease if ttl == lease.ttl else lease.model_copy(update={"ttl": ttl})
 
 
 def _lost(lease: Lease, current: str | None) -> LeaseLost:
