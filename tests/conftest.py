@@ -1,13 +1,48 @@
-"""Fixtures shared by all test suites."""
+"""Fixtures and hooks shared by all test suites."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import tempfile
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.services import url_of
 from tests.support.stores import BACKENDS, StoreLocation, drop_table, new_location
+from tests.support.turns import Turns
+
+#: under pytest-xdist: this worker's name (gw0, gw1, ...) and the run's id
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+_TURNS = Turns(Path(tempfile.gettempdir()) / f"bh-test-turns-{_RUN}") if _RUN else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _WORKER:
+        # Redis's keys are per database: each worker gets one of its own (1-15; 0 is a
+        # run on one process's), so a test that flushes its database, as a lost Redis
+        # would, flushes only its worker's. The services a test starts inherit it.
+        url = urlsplit(url_of("BH_REDIS_URL"))
+        database = 1 + int(_WORKER.removeprefix("gw")) % 15
+        os.environ["BH_REDIS_URL"] = url._replace(path=f"/{database}").geturl()
+        # A worker is started with COLUMNS=80 and LINES=24, which the `bh` consoles would
+        # take for a terminal's size (cutting their tables); one process has neither.
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    """Side by side, a test marked ``exclusive`` (it restarts a server every test uses)
+    waits for the others to finish and runs alone; see tests/support/turns.py."""
+    if _TURNS is None:
+        return (yield)
+    turn = _TURNS.exclusive if item.get_closest_marker("exclusive") else _TURNS.shared
+    with turn():
+        return (yield)
 
 
 @pytest.fixture(params=[pytest.param(kind, marks=getattr(pytest.mark, kind)) for kind in BACKENDS])

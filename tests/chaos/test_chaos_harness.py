@@ -12,7 +12,14 @@ from bh.chaos import ChaosConfig, run_chaos, show
 from bh.chaos_plan import select
 from tests.support.services import in_ci, require
 
-pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
+# they restart the dev stack's nats-server and Docker engine, which every test uses
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.redis,
+    pytest.mark.nats,
+    pytest.mark.slow,
+    pytest.mark.exclusive,
+]
 
 
 async def test_a_seeded_run_with_every_fault_kind_has_no_violation(tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def _restart_nats() -> None:
     )
 
 
+@pytest.mark.exclusive  # the dev stack's nats-server, which every test uses
 async def test_restarting_nats_mid_run_loses_nothing_and_runs_nothing_twice(
     tmp_path: Path,
 ) -> None:

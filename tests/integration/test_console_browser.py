@@ -92,6 +92,7 @@ async def log_in(browser: Browser, url: str, token: str) -> Page:
 @pytest.mark.redis
 @pytest.mark.nats
 @pytest.mark.slow
+@pytest.mark.xdist_group("bh-up")  # `bh up`'s fixed ports: one such test at a time
 async def test_the_console_follows_a_session_through_a_brain_kill_and_cancels_another(
     tmp_path: Path, chromium: Browser
 ) -> None:

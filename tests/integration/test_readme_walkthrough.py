@@ -16,7 +16,13 @@ from tests.support.images import tool_images
 from tests.support.processes import ROOT
 from tests.support.services import require
 
-pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
+# `bh up` serves on fixed ports: one such test at a time (side by side, on one worker)
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.nats,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("bh-up"),
+]
 
 SECTION = "## Tools in sandboxes"
 

@@ -23,7 +23,13 @@ from tests.support.otlp import otlp_receiver
 from tests.support.processes import ROOT
 from tests.support.services import missing, require
 
-pytestmark = [pytest.mark.redis, pytest.mark.nats, pytest.mark.slow]
+# `bh up` serves on fixed ports: one such test at a time (side by side, on one worker)
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.nats,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("bh-up"),
+]
 
 
 def bh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

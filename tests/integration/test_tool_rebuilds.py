@@ -39,7 +39,8 @@ from tests.support.images import tool_images
 from tests.support.processes import ROOT
 from tests.support.sandboxed import DOCKER
 
-pytestmark = [pytest.mark.docker, pytest.mark.sqlite]
+# `bh up` serves on fixed ports: one such test at a time (side by side, on one worker)
+pytestmark = [pytest.mark.docker, pytest.mark.sqlite, pytest.mark.xdist_group("bh-up")]
 
 
 @dataclass

@@ -29,6 +29,8 @@ from tests.support.example_servers import EMAIL_TOKEN, ExampleServers
 from tests.support.processes import ROOT
 
 DOCKER = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+#: the container owners of this process's rigs (other test processes have their own)
+_OWNERS: set[str] = set()
 
 
 async def register_send_email(store: SessionStore, email_url: str) -> ToolDefinition:
@@ -54,6 +56,9 @@ class Rig:
     nats_url: str
     namespace: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
     hands_started: int = 0
+
+    def __post_init__(self) -> None:
+        _OWNERS.add(self.owner)
 
     @property
     def bus(self) -> BusSettings:
@@ -138,9 +143,9 @@ async def stop(process: asyncio.subprocess.Process, signum: int = signal.SIGTERM
 
 
 def remove_test_containers() -> int:
-    """Remove containers left by rigs (owner ``test-*``): a Hands stopped right after its
+    """Remove containers left by this process's rigs: a Hands stopped right after its
     last result leaves that container to its next incarnation's reaper, which a test
-    never starts."""
+    never starts. Rigs of other test processes running side by side keep theirs."""
     import docker  # type: ignore[import-untyped]
 
     client = docker.DockerClient(base_url=DOCKER)
@@ -148,7 +153,7 @@ def remove_test_containers() -> int:
         left = [
             c
             for c in client.containers.list(all=True, filters={"label": LABEL_OWNER})
-            if c.labels.get(LABEL_OWNER, "").startswith("test-t")
+            if c.labels.get(LABEL_OWNER, "") in _OWNERS
         ]
         for container in left:
             container.remove(force=True)
