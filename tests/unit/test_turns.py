@@ -36,7 +36,7 @@ def test_shared_turns_overlap_and_an_exclusive_one_runs_alone(tmp_path: Path) ->
     late = _hold(turns.shared, events, "c", 0.1)  # starts after x asked: waits behind it
     for thread in (first, second, alone, late):
         thread.join(5)
-    assert events[:2] == ["a+", "b+"]  # the two shared turns overlapped
+    assert set(events[:2]) == {"a+", "b+"}  # the two shared turns overlapped
     x = events.index("x+")
     assert {"a-", "b-"} <= set(events[:x])  # x waited for both
     assert events[x + 1] == "x-"  # and nothing ran beside it
