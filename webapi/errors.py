@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from contracts import (
@@ -39,6 +38,10 @@ from contracts import (
     StoreUnavailable,
 )
 from contracts.errors import ErrorBody, Forbidden, PayloadTooLarge, Unauthorized
+
+if TYPE_CHECKING:  # FastAPI only for the APIs; workers' probes import this module too
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ def error_response(
 def install(app: FastAPI, *, service: str, statuses: Statuses = ()) -> None:
     """Translate every error the app can raise into the one JSON shape; ``service``
     names the API in the answer to an unexpected failure."""
+    from fastapi.exceptions import RequestValidationError
 
     async def brainhands_error(request: Request, error: BrainhandsError) -> JSONResponse:
         status = status_of(error, statuses)
