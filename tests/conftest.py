@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Generator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -32,6 +33,22 @@ def pytest_configure(config: pytest.Config) -> None:
         # take for a terminal's size (cutting their tables); one process has neither.
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if _WORKER:
+        from tests.support.scheduling import longest_first
+
+        longest_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A file at a time, groups together, longest first: tests/support/scheduling.py."""
+    from tests.support.scheduling import FileScheduling
+
+    config.option.loadscopereorder = False  # keep longest_first's order
+    return FileScheduling(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
