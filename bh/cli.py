@@ -2,34 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import typer
 
-from bh import (
-    chaos,
-    demo,
-    devstack,
-    doctor,
-    images_commands,
-    init_command,
-    ops_commands,
-    session_commands,
-    store_commands,
-    system,
-    tools_commands,
-)
-from brain import __main__ as brain_main
-from contracts import BrainhandsError
-from hands import __main__ as hands_main
-from hands import api_server
 from runtime.build import build_id
-from runtime.cli import Commands
-from scheduler import __main__ as scheduler_main
-from session_api import server as session_api_server
+from runtime.cli import Lazy, LazyCommands
+
+_SESSION_COMMANDS = (
+    *("submit", "budget", "input-policy", "answer", "approve", "deny", "questions"),
+    *("sessions", "show", "fork", "watch", "cancel"),
+)
+
+
+class _Commands(LazyCommands):
+    """``bh``'s commands, each imported when it runs: the Brain's, the Hands' and the
+    chaos harness's modules cost ~1 s of CPU to import, which ``bh dev env`` or
+    ``bh show`` need not pay."""
+
+    sources: ClassVar[dict[str, Lazy]] = {
+        "demo": Lazy("bh.demo", "demo"),
+        "up": Lazy("bh.system", "up"),
+        "init": Lazy("bh.init_command", "init"),  # a deployment's one-shot init job
+        "chaos": Lazy("bh.chaos", "chaos"),
+        "doctor": Lazy("bh.doctor", "doctor"),
+        "down": Lazy("bh.system", "down"),
+        "ps": Lazy("bh.system", "status"),
+        "hands": Lazy("hands.__main__", "run", "Run a Hands instance (also: python -m hands)."),
+        "brain": Lazy(
+            "brain.__main__", "worker", "Run a Brain worker (also: python -m brain worker)."
+        ),
+        "scheduler": Lazy(
+            "scheduler.__main__", "run", "Run the scheduler (also: python -m scheduler)."
+        ),
+        "hands-api": Lazy(
+            "hands.api_server",
+            "serve_command",
+            "Serve the Hands HTTP API (token from BH_HANDS_API_TOKEN).",
+        ),
+        "session-api": Lazy(
+            "session_api.server",
+            "serve_command",
+            "Serve the Session HTTP API (token from BH_SESSION_API_TOKEN).",
+        ),
+        "dev": Lazy("bh.devstack", help="Start and stop local infrastructure."),
+        "store": Lazy("bh.store_commands"),
+        "images": Lazy("bh.images_commands"),
+        "ops": Lazy("bh.ops_commands"),
+        "tools": Lazy("bh.tools_commands"),
+        # bh submit | sessions | show | watch | cancel | fork | ...
+        **{name: Lazy("bh.session_commands", member=True) for name in _SESSION_COMMANDS},
+    }
+
 
 app = typer.Typer(
-    cls=Commands,
+    cls=_Commands,
     help="brainhands: durable Brain/Hands execution for long-running agent tasks.",
     no_args_is_help=True,
 )
@@ -53,43 +80,18 @@ def _main(
     """brainhands: durable Brain/Hands execution for long-running agent tasks."""
 
 
-app.add_typer(devstack.app, name="dev", help="Start and stop local infrastructure.")
-app.add_typer(store_commands.app, name="store")
-app.add_typer(images_commands.app, name="images")
-app.add_typer(ops_commands.app, name="ops")
-app.add_typer(tools_commands.app, name="tools")
-app.add_typer(session_commands.app)  # bh submit | sessions | show | watch | cancel | fork
-app.command(name="demo")(demo.demo)
-app.command(name="up")(system.up)
-app.command(name="init")(init_command.init)  # a deployment's one-shot init job
-app.command(name="chaos")(chaos.chaos)
-app.command(name="doctor")(doctor.doctor)
-app.command(name="down")(system.down)
-app.command(name="ps")(system.status)
-app.command(name="hands", help="Run a Hands instance (also: python -m hands).")(hands_main.run)
-app.command(name="brain", help="Run a Brain worker (also: python -m brain worker).")(
-    brain_main.worker
-)
-app.command(name="scheduler", help="Run the scheduler (also: python -m scheduler).")(
-    scheduler_main.run
-)
-app.command(name="hands-api", help="Serve the Hands HTTP API (token from BH_HANDS_API_TOKEN).")(
-    api_server.serve_command
-)
-
-
-app.command(
-    name="session-api", help="Serve the Session HTTP API (token from BH_SESSION_API_TOKEN)."
-)(session_api_server.serve_command)
-
-
 def main() -> None:
     """``bh``: a project error that a command did not handle is one line on stderr
     (``code: message``) and exit status 2, as the commands that run their own say it —
     a traceback is for bugs, not for a refusal the user can act on."""
     try:
         app()
-    except BrainhandsError as error:
+    except Exception as error:
+        # imported here: a BrainhandsError was raised by a command that imported it
+        from contracts import BrainhandsError
+
+        if not isinstance(error, BrainhandsError):
+            raise
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise SystemExit(2) from None
 

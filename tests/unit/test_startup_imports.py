@@ -22,3 +22,19 @@ def test_a_worker_starts_without_the_api_frameworks(service: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     ).stdout.split()
     assert found == [], f"python -m {service} imports {found}"
+
+
+def test_bh_imports_a_command_only_when_it_is_asked_for() -> None:
+    """``bh dev env`` (run by every shell that loads the dev stack) imports the dev
+    stack's commands, not the Brain's, the Hands' or the chaos harness's."""
+    heavy = ("brain", "hands", "scheduler", "session_api", "bh.chaos", "fastapi")
+    probe = (
+        "import sys, bh.cli; "
+        "from typer.testing import CliRunner; "
+        "CliRunner().invoke(bh.cli.app, ['dev', '--help'], catch_exceptions=False); "
+        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert found == [], f"bh dev --help imports {found}"
