@@ -157,7 +157,11 @@ async def test_a_stopped_hands_that_resumes_after_a_takeover_changes_nothing(
 ) -> None:
     first = scene.hands("hands-a")
     op = await scene.submit("s1", sleep=5.0)
-    await assert_eventually(lambda: _exists(scene.host / f"bh-{op}"), within=20)
+    # the tool is running: its wrapper recorded the pid. Stopped after the run's
+    # directory appears but before the wrapper starts, A could still start the tool
+    # when it resumes, so B rightly finds the outcome unknown (an unsafe tool: uncertain,
+    # for an operator); a loaded machine widened that window enough to stop A in it.
+    await assert_eventually(lambda: _exists(scene.host / f"bh-{op}" / "pid"), within=20)
     first.send_signal(signal.SIGSTOP)
     second = scene.hands("hands-b")  # gets the message once A's ack wait (3 s) passed
     try:
