@@ -8,17 +8,16 @@ first (``longest_first``), so the run does not end waiting on one of them."""
 from __future__ import annotations
 
 import pytest
-from xdist.scheduler import LoadScopeScheduling
+from xdist.scheduler import LoadGroupScheduling
 
 #: markers of the longest tests, in the order their files are handed out
 _FIRST = ("deploy", "chaos", "slow")
 
 
-class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+class FileScheduling(LoadGroupScheduling):  # type: ignore[misc]
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's "@group" suffix (loadgroup)
-            return nodeid.rsplit("@", 1)[-1]
-        return nodeid.split("::", 1)[0]
+        group = super()._split_scope(nodeid)  # an xdist_group's name, else the test
+        return group if group != nodeid else nodeid.split("::", 1)[0]
 
 
 def longest_first(items: list[pytest.Item]) -> None:
