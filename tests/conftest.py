@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +16,9 @@ import pytest
 from tests.support.services import url_of
 from tests.support.stores import BACKENDS, StoreLocation, drop_table, new_location
 from tests.support.turns import Turns
+
+#: set on a test whose call failed (tests/conftest.py's teardown collects after it)
+_FAILED = pytest.StashKey[bool]()
 
 #: under pytest-xdist: this worker's name (gw0, gw1, ...) and the run's id
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -61,6 +66,29 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     turn = _TURNS.exclusive if item.get_closest_marker("exclusive") else _TURNS.shared
     with turn():
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _collected_after_a_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A failed test's traceback keeps what it had open alive (pytest keeps it as
+    ``sys.last_traceback`` for post-mortems) until a garbage collection during the next
+    test, which then fails on their unclosed-resource warnings. Collected here instead,
+    after the test's other fixtures are torn down, the warnings land on the test that
+    failed, and one failure stays one failure."""
+    yield
+    if request.node.stash.get(_FAILED, False):
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        gc.collect()
 
 
 @pytest.fixture(params=[pytest.param(kind, marks=getattr(pytest.mark, kind)) for kind in BACKENDS])
