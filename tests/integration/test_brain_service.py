@@ -159,7 +159,8 @@ async def test_a_brain_woken_again_for_a_session_it_claimed_writes_no_second_cla
             await assert_eventually(lambda: _free(service.leases, "s1"), within=5)
     claims = [c for c in await store.commits("s1") if c.claim]
     assert [(c.fence, c.holder) for c in claims] == [(1, service.holder)]
-    assert len(loads) == len([r for r in service.reports if r.session_id == "s1"])
+    # a drive's report is kept after its lease's release: wait for the last one
+    await assert_eventually(lambda: _reported(service, "s1", len(loads)), within=5)
     wakes.close()
 
 
@@ -236,6 +237,10 @@ async def test_a_newer_lease_holder_fences_out_the_older_one(
     task = handle.state.tasks.get("root.r1") or await handle.task("root.r1")
     assert task is not None and task.result == "from B" and task.outcome is Outcome.SUCCEEDED
     await leases_client.aclose()
+
+
+async def _reported(service: BrainService, session_id: str, count: int) -> bool:
+    return len([r for r in service.reports if r.session_id == session_id]) == count
 
 
 async def _free(leases: RedisLeases, session_id: str) -> bool:

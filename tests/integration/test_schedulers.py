@@ -256,6 +256,9 @@ async def test_several_schedulers_take_each_effect_once(
             await wakes.wake(session_id, reason="submission")
         everyone = callers + sleepers + unpublished
         await assert_eventually(lambda: _all_answered(store, everyone), within=60)
+        # a timer's wake is counted once all of its pass's wakes are queued: the Brain may
+        # answer before that, and a scheduler stopped in between never counts them
+        await assert_eventually(lambda: _promoted(fleet, len(sleepers)), within=10)
         passes, elapsed = sum(s.passes for s in fleet), time.monotonic() - started
         info = await bus.js.consumer_info(bus.stream(RESULTS_STREAM), CONSUMER)
 
