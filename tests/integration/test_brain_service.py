@@ -414,9 +414,18 @@ async def test_an_idle_brain_costs_one_blocking_dequeue_a_second_whatever_its_sl
 
 
 def _blocking(sync: Any, service: BrainService) -> int:
+    """Blocked connections of this Brain's consumer. Client names are server-wide: side
+    by side, another worker's test runs a Brain of the same name on its own database."""
     clients = sync.client_list(_type="normal")
     name = f"{service.holder}.wakes"
-    return len([c for c in clients if c.get("name") == name and "b" in c["flags"]])
+    database = str(sync.connection_pool.connection_kwargs.get("db", 0))
+    return len(
+        [
+            c
+            for c in clients
+            if c.get("name") == name and "b" in c["flags"] and str(c.get("db")) == database
+        ]
+    )
 
 
 async def _blocked(sync: Any, service: BrainService) -> bool:
