@@ -69,6 +69,10 @@ def _rig(tmp_path: Path, store_url: str, servers: ExampleServers) -> Rig:
     return Rig(tmp_path, store_url, servers, require("BH_NATS_URL", "NATS JetStream"))
 
 
+# Side by side, a 3-worker run on 2 cores verified email 5 (its own attempt's outcome
+# unknown) in 2 of 5 runs, and the takeover below missed its 60 s: the paths these tests
+# pin depend on 3 s ack waits and 8 s holds, so they run alone (docs/testing.md).
+@pytest.mark.exclusive
 @pytest.mark.parametrize(
     "backend",
     [pytest.param("sqlite", marks=pytest.mark.sqlite), pytest.param("s3", marks=pytest.mark.s3)],
@@ -97,13 +101,9 @@ async def test_seed_case_sandboxed(
         finally:
             await stop(second_hands)
         receipts = await check_invariants(store, email, session, "sandboxed seed case")
-    assert [r["recovery"] for r in receipts] == [
-        "reused",
-        "reused",
-        "reused",
-        "verified",
-        "executed",
-    ]
+    paths = [r["recovery"] for r in receipts]
+    expected = ["reused", "reused", "reused", "verified", "executed"]
+    assert paths == expected, await _why(store, tmp_path, receipts, paths, expected)
     containers = []
     for receipt in receipts:
         result = await store.get_operation_result(str(receipt["operation_id"]))
@@ -117,6 +117,7 @@ async def test_seed_case_sandboxed(
     await store.close()
 
 
+@pytest.mark.exclusive  # timing-bound: see test_seed_case_sandboxed
 async def test_a_stopped_hands_resumed_after_a_takeover_changes_nothing(
     servers: ExampleServers, images: dict[str, str], tmp_path: Path
 ) -> None:
@@ -317,6 +318,37 @@ async def _crash_and_resume(
         assert await brain == 0
     finally:
         await stop(hands)
+
+
+async def _why(
+    store: SessionStore,
+    tmp_path: Path,
+    receipts: list[dict[str, object]],
+    paths: list[object],
+    expected: list[str],
+) -> str:
+    """What the store and the Hands' logs say of each email whose path was not the
+    expected one (side by side, a loaded machine once verified email 5)."""
+    told = [f"paths {paths}, expected {expected}"]
+    for receipt, path, wanted in zip(receipts, paths, expected, strict=True):
+        if path == wanted:
+            continue
+        op = str(receipt["operation_id"])
+        record = await store.get_operation(op)
+        result = await store.get_operation_result(op)
+        told.append(f"{op}: {record!r}")
+        told.append(f"{op} result: {result!r}")
+        told += await asyncio.to_thread(_logged, tmp_path, op)
+    return "\n".join(told)
+
+
+def _logged(tmp_path: Path, op: str) -> list[str]:
+    """The Hands' log lines that name ``op`` (the last 20 of each log)."""
+    found = []
+    for log in sorted(tmp_path.glob("hands-*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        found += [f"{log.name}: {line}" for line in lines if op in line][-20:]
+    return found
 
 
 async def _has_result(store: SessionStore, operation_id: str) -> bool:

@@ -152,6 +152,8 @@ async def test_a_hands_killed_between_exit_and_ack_leaves_one_result(
     await scene.check_once("s1", op)
 
 
+# side by side on 2 cores, its takeover once missed the 60 s it is given: it runs alone
+@pytest.mark.exclusive
 async def test_a_stopped_hands_that_resumes_after_a_takeover_changes_nothing(
     scene: Scene,
 ) -> None:
