@@ -103,7 +103,7 @@ async def test_seed_case_sandboxed(
         receipts = await check_invariants(store, email, session, "sandboxed seed case")
     paths = [r["recovery"] for r in receipts]
     expected = ["reused", "reused", "reused", "verified", "executed"]
-    assert paths == expected, await _why(store, tmp_path, receipts, paths, expected)
+    assert paths == expected, await _why(store, rig, receipts, paths, expected)
     containers = []
     for receipt in receipts:
         result = await store.get_operation_result(str(receipt["operation_id"]))
@@ -322,7 +322,7 @@ async def _crash_and_resume(
 
 async def _why(
     store: SessionStore,
-    tmp_path: Path,
+    rig: Rig,
     receipts: list[dict[str, object]],
     paths: list[object],
     expected: list[str],
@@ -338,14 +338,15 @@ async def _why(
         result = await store.get_operation_result(op)
         told.append(f"{op}: {record!r}")
         told.append(f"{op} result: {result!r}")
-        told += await asyncio.to_thread(_logged, tmp_path, op)
+        told += await asyncio.to_thread(_logged, rig, op)
     return "\n".join(told)
 
 
-def _logged(tmp_path: Path, op: str) -> list[str]:
-    """The Hands' log lines that name ``op`` (the last 20 of each log)."""
+def _logged(rig: Rig, op: str) -> list[str]:
+    """The rig's Hands' log lines that name ``op`` (the last 20 of each log)."""
     found = []
-    for log in sorted(tmp_path.glob("hands-*.log")):
+    for number in range(1, rig.hands_started + 1):
+        log = rig.hands_log(number)
         lines = log.read_text(errors="replace").splitlines()
         found += [f"{log.name}: {line}" for line in lines if op in line][-20:]
     return found

@@ -78,10 +78,14 @@ class Rig:
             path.chmod(0o600)
         return path
 
+    def hands_log(self, number: int) -> Path:
+        """Where the ``number``-th Hands this rig started writes its output."""
+        return self.tmp / f"hands-{self.namespace}-{number}.log"
+
     async def hands(self, **env: str) -> asyncio.subprocess.Process:
         self.hands_started += 1
         name = f"hands-{self.namespace}-{self.hands_started}"
-        log = (self.tmp / f"{name}.log").open("ab")
+        log = self.hands_log(self.hands_started).open("ab")
         try:
             return await asyncio.create_subprocess_exec(
                 *(sys.executable, "-m", "hands", "--sandbox", "docker"),
