@@ -201,10 +201,13 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
             faults.result()  # a fault that failed ends the run, with its error
         if not every_kind.is_set():  # said in the report; the checks still run
             report.incomplete = f"the fault plan was not through after {config.deadline} s"
-        await _settle(store, [f"s{n}" for n in range(config.sessions)] + run.storms.own, config)
+        sessions = [f"s{n}" for n in range(config.sessions)]
+        await _settle(store, sessions + run.storms.own, config)  # under faults still
         for error in await cancel_and_wait(faults):
             if not isinstance(error, asyncio.CancelledError):
                 raise error
+        # a storm cut short by that cancel may have had a session accepted since
+        await _settle(store, sessions + run.storms.own, config)
     finally:
         run.ending.set()
         fleet.stop_all()

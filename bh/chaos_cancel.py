@@ -30,6 +30,8 @@ REPEATS = 3
 _LONG = {"task": {"kind": "steps", "input": {"n": 4, "seconds": 1.0}}}
 #: how long a storm waits for its running session's first operation to be claimed
 _RUNNING_WITHIN = 15.0
+#: how long a storm submits its session again while the API is down
+_ACCEPTED_WITHIN = 60.0
 
 
 def request_of(session_id: str) -> str:
@@ -46,6 +48,7 @@ class CancelStorms:
     stormed: dict[str, str] = field(default_factory=dict)
     #: sessions the storms submitted themselves (``c0``, ``c1``...)
     own: list[str] = field(default_factory=list)
+    _named: int = 0
 
     async def storm(self, submitted: int, rng: random.Random) -> str:
         """Submit two long sessions and cancel one at once (queued) and the other once
@@ -53,14 +56,21 @@ class CancelStorms:
         operation running right now; each cancel three times."""
         headers = {"Authorization": f"Bearer {self.token}"}
         async with httpx.AsyncClient(headers=headers, timeout=10) as client:
-            queued, running = f"c{len(self.own)}", f"c{len(self.own) + 1}"
-            self.own += [queued, running]
+            queued, running = f"c{self._named}", f"c{self._named + 1}"
+            self._named += 2
+            hit, said = [], []
             for session_id in (queued, running):
-                await self._submit(client, session_id)
-            hit = [(queued, "queued")]
-            hit.append((running, await self._until_running(running)))
+                # Owned once the API accepted it, not before: a storm cut short at the
+                # end of a run must not leave a name the check then calls lost.
+                if await self._submit(client, session_id):
+                    self.own.append(session_id)
+                else:
+                    said.append(f"{session_id} (not accepted within {_ACCEPTED_WITHIN:.0f} s)")
+            if queued in self.own:
+                hit.append((queued, "queued"))
+            if running in self.own:
+                hit.append((running, await self._until_running(running)))
             hit += await self._running_now(submitted, rng)
-            said = []
             for session_id, doing in hit:
                 answers = [await self._cancel(client, session_id) for _ in range(REPEATS)]
                 self.stormed[session_id] = f"{doing}: {'/'.join(answers)}"
@@ -91,15 +101,17 @@ class CancelStorms:
             await asyncio.sleep(0.1)
         return f"nothing running within {_RUNNING_WITHIN:.0f} s"
 
-    async def _submit(self, client: httpx.AsyncClient, session_id: str) -> None:
+    async def _submit(self, client: httpx.AsyncClient, session_id: str) -> bool:
+        """Whether the API accepted the session's submission."""
         url = f"{self.api}/v1/sessions/{session_id}/submissions"
         body = {"request_id": request_of(session_id), "input": _LONG}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + _ACCEPTED_WITHIN
         while time.monotonic() < deadline:  # the API may be down: the same request again
             with contextlib.suppress(httpx.HTTPError):
                 if (await client.post(url, json=body)).status_code in (200, 201):
-                    return
+                    return True
             await asyncio.sleep(0.3)
+        return False
 
     async def _cancel(self, client: httpx.AsyncClient, session_id: str) -> str:
         url = f"{self.api}/v1/sessions/{session_id}/cancel"
