@@ -575,8 +575,7 @@ class Drive:
                 if commit.is_empty and label != PROGRESS_LABEL:
                     return False
                 folded = self.progress.has_news
-                if folded:  # pending previews ride along with any commit
-                    self.progress.fold(builder)
+                if folded and self.progress.fold(builder):  # previews ride along
                     commit = builder.build()
                 if commit.is_empty:
                     return False

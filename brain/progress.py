@@ -86,8 +86,9 @@ class Progress:
         """Whether a commit built now would carry previews or their removals."""
         return bool(self._dirty or self._gone)
 
-    def fold(self, builder: CommitBuilder) -> None:
-        """Add the pending previews (and removals) to the commit being built."""
+    def fold(self, builder: CommitBuilder) -> bool:
+        """Add the pending previews (and removals) to the commit being built; whether
+        there were any (a task that streamed nothing leaves nothing to remove)."""
         stored = builder.document(PROGRESS_DOCUMENT)
         members = stored.body if stored is not None else {}
         patch: dict[str, JsonValue] = {t: None for t in self._gone if t in members}
@@ -104,6 +105,7 @@ class Progress:
             }
         if patch:
             builder.write(DocumentPatch(name=PROGRESS_DOCUMENT, patch=patch, create=True))
+        return bool(patch)
 
     def written(self) -> None:
         """The folded previews are committed."""

@@ -34,5 +34,8 @@ class CrashPoints:
         if self._trace is not None:
             with self._trace.open("a") as trace:
                 trace.write(f"{self._total}\t{name}#{self._seen[name]}\n")
-        if self._crash_at in (str(self._total), f"{name}#{self._seen[name]}"):
+        if self._crash_at is not None and self._crash_at in (
+            str(self._total),
+            f"{name}#{self._seen[name]}",
+        ):
             os.kill(os.getpid(), signal.SIGKILL)

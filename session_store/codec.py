@@ -17,7 +17,9 @@ _FAST_PREFIX = b'{"v":1,'
 
 def encode(record: BaseModel, *, limit: int | None = None, what: str = "record") -> bytes:
     """JSON bytes of ``record``; ``PayloadTooLarge`` names the limit when it is exceeded."""
-    data = record.model_dump_json().encode()
+    # the serializer's bytes, as ``model_dump_json`` makes them, without its wrapper
+    # and its str round trip (about 1 µs of a commit)
+    data = record.__pydantic_serializer__.to_json(record)
     if limit is not None and len(data) > limit:
         raise PayloadTooLarge(
             f"{what} is {len(data):,} bytes; the limit is {limit:,} bytes. "

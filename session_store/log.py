@@ -156,7 +156,7 @@ class CommitLog:
             await self._check_archive(state, commit)
         adopted = None if commit.fork is None else await self._forked(state.session_id, commit.fork)
         # The parts were validated when they were built; skip validating them again.
-        record = CommitRecord.model_construct(
+        record = CommitRecord.trusted(
             session_id=state.session_id,
             seq=state.seq + 1,
             commit_id=os.urandom(16).hex(),
@@ -190,7 +190,7 @@ class CommitLog:
             await asyncio.shield(
                 self._catch_up(state.session_id, record.seq, was_active, becomes_active, unquiet)
             )
-        return CommitReceipt.model_construct(
+        return CommitReceipt.trusted(
             session_id=record.session_id,
             seq=record.seq,
             fence=record.fence,

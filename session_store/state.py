@@ -172,8 +172,11 @@ def apply(state: SessionState, record: CommitRecord) -> None:
             head=state.seq,
         )
     commit = record.commit
+    # The scalars are written to the state's fields directly: pydantic's ``__setattr__``
+    # validates nothing on this model and costs about 0.7 µs a field, five a commit.
+    fields = state.__dict__
     state.entries_tail.extend(commit.entries)
-    state.entry_count += len(commit.entries)
+    fields["entry_count"] += len(commit.entries)
     for write in commit.documents:
         state.documents[write.name] = _write_document(
             state.documents.get(write.name), write, record.committed_at
@@ -195,12 +198,12 @@ def apply(state: SessionState, record: CommitRecord) -> None:
         state.intents[intent.operation_id] = intent
     _drop_intents(state, commit)
     if record.claim:
-        state.holder = record.holder
+        fields["holder"] = record.holder
     elif record.fence != state.fence:
-        state.holder = None  # raised by a plain commit: nobody is named
-    state.seq = record.seq
-    state.fence = record.fence
-    state.updated_at = record.committed_at
+        fields["holder"] = None  # raised by a plain commit: nobody is named
+    fields["seq"] = record.seq
+    fields["fence"] = record.fence
+    fields["updated_at"] = record.committed_at
 
 
 def _counts(state: SessionState) -> dict[str, Any]:
