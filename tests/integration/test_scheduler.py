@@ -274,8 +274,10 @@ async def test_a_session_whose_holder_died_goes_on_as_soon_as_its_lease_lapses(
         await assert_eventually(
             lambda: _woken(s.scheduler, "lapsed", 1),
             within=5,
-            said=lambda: f"wakes by cause {dict(s.scheduler.woken)}, audits "
-            f"{s.scheduler.passes}, drive reports {len(s.brain.reports)}",
+            said=lambda: (
+                f"wakes by cause {dict(s.scheduler.woken)}, audits "
+                f"{s.scheduler.passes}, drive reports {len(s.brain.reports)}"
+            ),
         )
         exported = SchedulerMetrics(s.scheduler).registry
         lapsed = {"cause": "lapsed"}
