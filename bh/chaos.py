@@ -467,7 +467,8 @@ async def _settle(store: SessionStore, sessions: list[str], config: ChaosConfig)
             submission = await handle.submission(f"r{session_id[1:]}")
             if submission is not None and submission.status.is_final:
                 pending.discard(session_id)
-        await asyncio.sleep(1)
+        if pending:
+            await asyncio.sleep(1)
 
 
 def chaos(

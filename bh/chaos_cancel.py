@@ -48,7 +48,8 @@ class CancelStorms:
     stormed: dict[str, str] = field(default_factory=dict)
     #: sessions the storms submitted themselves (``c0``, ``c1``...)
     own: list[str] = field(default_factory=list)
-    _named: int = 0
+    #: storm sessions named so far (a name is never reused, accepted or not)
+    _named: int = field(default=0, init=False)
 
     async def storm(self, submitted: int, rng: random.Random) -> str:
         """Submit two long sessions and cancel one at once (queued) and the other once

@@ -46,7 +46,7 @@ class Frozen(BaseModel):
     def trusted(cls: type[FrozenT], **values: Any) -> FrozenT:
         """The record of ``values`` already validated (parts built as records), as
         ``model_construct`` makes it, without its lookup of every field's default on
-        each call (7 µs of a store commit's 45 µs of CPU; this takes under 1 µs).
+        each call (a commit record: 6.8 µs that way, 2.3 µs this way).
         Fields left out take their constant defaults; a class whose construction does
         more (default factories left out, private attributes, a post-init hook) goes
         through ``model_construct``."""
