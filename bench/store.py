@@ -29,6 +29,7 @@ from bench.stats import median, ms, percentile
 from contracts import Commit, CommitRecord
 from session_store import SessionStore, StoreSettings, open_backend, open_store
 from session_store.backends.aws import open_client
+from session_store.clock import ServerClock
 from tests.support.backends import Counting
 from tests.support.builders import small_commit
 
@@ -62,7 +63,7 @@ async def raw_floor(kind: str, workdir: Path, stack: AsyncExitStack) -> Raw:
 
         return sqlite_raw
     if kind == "s3":
-        s3 = await open_client("s3", stack, endpoint_url=endpoint, region=None)
+        s3 = await open_client("s3", stack, endpoint_url=endpoint, region=None, clock=ServerClock())
 
         async def s3_raw(data: bytes) -> None:
             key = f"raw-{run}/{next(counter):016d}"
@@ -72,7 +73,9 @@ async def raw_floor(kind: str, workdir: Path, stack: AsyncExitStack) -> Raw:
     table = f"bh-bench-raw-{uuid.uuid4().hex[:8]}"
     backend = await open_backend(f"dynamodb://{table}?endpoint_url={endpoint}", create=True)
     stack.push_async_callback(backend.close)
-    dynamo = await open_client("dynamodb", stack, endpoint_url=endpoint, region=None)
+    dynamo = await open_client(
+        "dynamodb", stack, endpoint_url=endpoint, region=None, clock=ServerClock()
+    )
 
     async def dynamo_raw(data: bytes) -> None:
         await dynamo.put_item(

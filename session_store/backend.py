@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from session_store.clock import StoreClock
+
 
 class ItemExists(Exception):
     """``create`` found the item already there. Internal to the store; never escapes it."""
@@ -28,6 +30,12 @@ class Backend(Protocol):
     max_item_bytes: int
     #: a short, credential-free description for messages and logs.
     description: str
+
+    @property
+    def clock(self) -> StoreClock:
+        """The store's own time, shared by every process that uses it
+        (``session_store.clock``)."""
+        ...
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
         """Write ``value`` only if ``(partition, item)`` does not exist; else ``ItemExists``."""

@@ -55,6 +55,9 @@ class SessionStore:
     def __init__(self, backend: Backend, settings: StoreSettings | None = None) -> None:
         self.settings = settings = settings or StoreSettings()
         self.backend = backend
+        #: the store's time: what every deadline another process judges is written and
+        #: read on (``session_store.clock``; invariant 17)
+        self.clock = backend.clock
         _check_limits(settings, backend)
         read_only = settings.read_only
         self.blobs = BlobStore(

@@ -16,6 +16,7 @@ from botocore.exceptions import (
 )
 
 from contracts import PayloadTooLarge, ReadOnlyStore, StoreMissing, StoreUnavailable
+from session_store.clock import ServerClock
 
 #: errors of the way to the store, not answers from it: the store is unavailable. An
 #: HTTP body broken off mid-read (the server restarting) comes out of aiohttp itself,
@@ -31,8 +32,10 @@ async def open_client(
     *,
     endpoint_url: str | None,
     region: str | None,
+    clock: ServerClock,
 ) -> Any:
-    """An aiobotocore client living as long as ``stack``.
+    """An aiobotocore client living as long as ``stack``; every response it receives
+    tells ``clock`` the server's time (its ``Date`` header).
 
     Retries are left to botocore's standard mode (with jitter); the store makes a retried
     create safe by recognising its own record when the create reports "exists".
@@ -55,7 +58,21 @@ async def open_client(
         if service == "s3"
         else session.create_client("dynamodb", **options)
     )
-    return await stack.enter_async_context(creator)
+    client = await stack.enter_async_context(creator)
+    client.meta.events.register("after-call", _telling(clock))
+    return client
+
+
+def _telling(clock: ServerClock) -> Any:
+    """An ``after-call`` handler feeding each response's ``Date`` to ``clock`` (errors
+    included: a refused conditional write tells the time as well as an accepted one)."""
+
+    def tell(http_response: Any = None, **_: Any) -> None:
+        headers = getattr(http_response, "headers", None)
+        if headers is not None:
+            clock.observe_header(headers.get("date"))
+
+    return tell
 
 
 def error_code(error: ClientError) -> str:

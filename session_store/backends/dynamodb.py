@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from session_store.backend import ItemExists
 from session_store.backends.aws import TRANSIENT, error_code, open_client, translate
+from session_store.clock import ServerClock
 
 _ERRORS: tuple[type[Exception], ...] = (ClientError, *TRANSIENT)
 
@@ -22,19 +23,27 @@ class DynamoBackend:
     # DynamoDB items hold at most 400 KB including key names and attribute names.
     max_item_bytes = 380 * 1024
 
-    def __init__(self, client: Any, stack: AsyncExitStack, *, table: str) -> None:
+    def __init__(
+        self, client: Any, stack: AsyncExitStack, *, table: str, clock: ServerClock | None = None
+    ) -> None:
         self._client = client
         self._stack = stack
         self._table = table
         self.description = f"DynamoDB table {table!r}"
+        #: the store's clock: the server's, from its responses (``session_store.clock``)
+        self.clock = clock or ServerClock()
+        self.clock.bind(self.check)
 
     @classmethod
     async def connect(
         cls, *, table: str, endpoint_url: str | None, region: str | None
     ) -> DynamoBackend:
         stack = AsyncExitStack()
-        client = await open_client("dynamodb", stack, endpoint_url=endpoint_url, region=region)
-        return cls(client, stack, table=table)
+        clock = ServerClock()
+        client = await open_client(
+            "dynamodb", stack, endpoint_url=endpoint_url, region=region, clock=clock
+        )
+        return cls(client, stack, table=table, clock=clock)
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
         try:

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from session_store.backend import ItemExists
 from session_store.backends.aws import TRANSIENT, error_code, open_client, translate
+from session_store.clock import ServerClock
 
 _ERRORS: tuple[type[Exception], ...] = (ClientError, *TRANSIENT)
 
@@ -27,21 +28,35 @@ _CONFLICT_RETRIES = 5
 class S3Backend:
     max_item_bytes = 64 * 1024 * 1024
 
-    def __init__(self, client: Any, stack: AsyncExitStack, *, bucket: str, prefix: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        stack: AsyncExitStack,
+        *,
+        bucket: str,
+        prefix: str,
+        clock: ServerClock | None = None,
+    ) -> None:
         self._client = client
         self._stack = stack
         self._bucket = bucket
         self._base = f"{prefix}/" if prefix else ""
         self.description = f"S3 bucket {bucket!r}" + (f" (prefix {prefix!r})" if prefix else "")
         self._gets = asyncio.Semaphore(_PARALLEL_GETS)
+        #: the store's clock: the server's, from its responses (``session_store.clock``)
+        self.clock = clock or ServerClock()
+        self.clock.bind(self.check)
 
     @classmethod
     async def connect(
         cls, *, bucket: str, prefix: str, endpoint_url: str | None, region: str | None
     ) -> S3Backend:
         stack = AsyncExitStack()
-        client = await open_client("s3", stack, endpoint_url=endpoint_url, region=region)
-        return cls(client, stack, bucket=bucket, prefix=prefix)
+        clock = ServerClock()
+        client = await open_client(
+            "s3", stack, endpoint_url=endpoint_url, region=region, clock=clock
+        )
+        return cls(client, stack, bucket=bucket, prefix=prefix, clock=clock)
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
         key = self._key(partition, item)

@@ -1,7 +1,8 @@
 """SQLite backend: the embedded default, one file shared by the processes of one machine.
 
 One table, ``kv(partition, item, value)``, primary key ``(partition, item)``; a create is
-a plain ``INSERT`` (the primary key refuses a second one). WAL journal with
+a plain ``INSERT`` (the primary key refuses a second one). A second, ``clock``, holds the
+store's clock anchor for this boot (``session_store.clock.MachineClock``). WAL journal with
 ``synchronous=FULL``: every create is fsynced before it returns.
 
 Each call first runs right on the event loop with ``busy_timeout=0``: uncontended, a
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from contracts import ReadOnlyStore, StoreMissing, StoreUnavailable
 from session_store.backend import ItemExists
+from session_store.clock import MachineClock, boot_id, boot_seconds
 
 T = TypeVar("T")
 
@@ -33,6 +35,14 @@ CREATE TABLE IF NOT EXISTS kv (
     value     BLOB NOT NULL,
     PRIMARY KEY (partition, item)
 ) WITHOUT ROWID
+"""
+
+_CLOCK_SCHEMA = """
+CREATE TABLE IF NOT EXISTS clock (
+    boot  TEXT PRIMARY KEY,
+    epoch REAL NOT NULL,
+    since REAL NOT NULL
+)
 """
 
 
@@ -52,6 +62,8 @@ class SqliteBackend:
         self._inline: sqlite3.Connection | None = None  # used on the event loop only
         self._waiting: sqlite3.Connection | None = None  # used on the executor thread only
         self._yielded = 0.0  # when a call last yielded to the loop (monotonic)
+        #: the store's clock: this machine's, from the anchor the file keeps per boot
+        self.clock = MachineClock()
 
     async def open(self) -> SqliteBackend:
         loop = asyncio.get_running_loop()
@@ -181,6 +193,7 @@ class SqliteBackend:
         self._waiting = self._new_connection(busy_ms=30_000)
         if not self._read_only:
             self._prepare(self._waiting)
+        self.clock = MachineClock(_anchor(self._waiting, write=not self._read_only))
         self._inline = self._new_connection(busy_ms=0)
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
@@ -193,6 +206,7 @@ class SqliteBackend:
                 if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute(_SCHEMA)
+                connection.execute(_CLOCK_SCHEMA)
                 return
             except sqlite3.OperationalError as error:
                 if "locked" not in str(error) or time.monotonic() > deadline:
@@ -211,6 +225,28 @@ class SqliteBackend:
         connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
         connection.execute("PRAGMA synchronous = FULL")
         return connection
+
+
+def _anchor(connection: sqlite3.Connection, *, write: bool) -> tuple[float, float] | None:
+    """This boot's clock anchor (epoch, boot seconds): the first process to open the file
+    this boot writes it, every process reads the same one. None where the machine tells
+    no boot, or a read-only store finds none."""
+    boot = boot_id()
+    if boot is None:
+        return None
+    try:
+        if write:
+            connection.execute(
+                "INSERT OR IGNORE INTO clock (boot, epoch, since) VALUES (?, ?, ?)",
+                (boot, time.time(), boot_seconds()),
+            )
+            connection.execute("DELETE FROM clock WHERE boot != ?", (boot,))
+        row = connection.execute(
+            "SELECT epoch, since FROM clock WHERE boot = ?", (boot,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # a read-only file of an older version: no table
+        return None
+    return None if row is None else (float(row[0]), float(row[1]))
 
 
 class _Contended(Exception):

@@ -297,6 +297,7 @@ class Counting:
         self.calls: list[str] = []
         self.max_item_bytes = inner.max_item_bytes
         self.description = inner.description
+        self.clock = inner.clock
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._inner, name)

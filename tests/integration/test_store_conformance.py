@@ -628,3 +628,18 @@ async def test_writers_with_different_chunk_sizes_share_blobs(location: StoreLoc
     by_small, by_large = await small.put_blob(data), await large.put_blob(data)
     assert by_small.digest == by_large.digest and by_small.chunks == 10
     assert await large.get_blob(by_small) == data == await small.get_blob(by_large)
+
+
+async def test_the_store_clock_is_the_stores_and_never_ahead_of_it(
+    location: StoreLocation,
+) -> None:
+    first, second = await location.open(), await location.open()
+    await first.clock.fresh()
+    await second.clock.fresh()
+    # the servers here run on this machine's clock: the store's time is that, at most a
+    # resolution (a Date header's whole second) and a round trip behind, never ahead
+    for store in (first, second):
+        now = datetime.now(UTC)
+        told = store.clock.now()
+        assert told <= datetime.now(UTC) + timedelta(milliseconds=50)
+        assert told >= now - store.clock.resolution - timedelta(seconds=1)

@@ -16,6 +16,7 @@ class Passthrough:
         self._inner = inner
         self.max_item_bytes = inner.max_item_bytes
         self.description = inner.description
+        self.clock = inner.clock
 
     async def create(self, partition: str, item: str, value: bytes) -> None:
         await self._inner.create(partition, item, value)
