@@ -16,8 +16,11 @@ with a query: ask (found: ``verified``; not found: run); unsafe without a query,
 Every new attempt is a create-once revision of the record, so of several would-be
 executors exactly one runs it. Under a lease (a Brain service), the drive's lease is
 proven before an attempt is recorded, and the lease and the attempt's deadline (on
-this host's monotonic clock) are proven again immediately before the request leaves;
-otherwise the attempt is abandoned unsent (``docs/leases.md``). Results are written
+this host's monotonic clock) are proven again immediately before the call — and, for a
+tool whose HTTP client uses ``brain.attempt.AttemptTransport``, once more at the last
+moment before the request's first byte is written; otherwise the attempt is abandoned
+unsent (``docs/leases.md``). The attempt's deadline, on the store's clock, travels with
+such a request, so the service can refuse one that arrives after it. Results are written
 once, with the session they belong to; reuse requires the same session, task, tool and
 frozen arguments, and a mismatch is refused (``OperationMismatch``).
 """
@@ -37,6 +40,7 @@ from typing import Any, Literal
 from opentelemetry.trace import SpanKind
 from pydantic import JsonValue
 
+from brain.attempt import Attempt
 from brain.services import Services
 from brain.tools import ToolSpec
 from contracts import (
@@ -258,6 +262,20 @@ class Operations:
             found = await self._query(record, spec)
             if found is not None:
                 return found
+            # not found: proof only once the attempt can no longer land (the table says)
+            evidence = Evidence(
+                record=record, attempt_over=True, not_found=True, now=self._services.clock()
+            )
+            decision = decide(evidence, Policy.of(spec), self._services.lifecycle)
+            return await self._act(decision, record, spec, again=again)
+        if step is Step.FAIL:
+            error = ErrorInfo(
+                code="attempts_exhausted",
+                message=f"{spec.name}: {decision.why}",
+                details={"attempts": record.attempts},
+            )
+            await self._finish(record, None, error)
+            raise ToolFailed(error.message, **error.details)
         path: RecoveryPath = "replayed" if step is Step.REPLAY else "executed"
         return await self._execute(await self._next_attempt(record, spec), spec, path, again=again)
 
@@ -370,11 +388,16 @@ class Operations:
             raise self._raced(record.operation_id, error) from error
 
     def _attempt_fields(self, spec: ToolSpec) -> dict[str, Any]:
+        """Who makes the attempt, and until when (the store's time, on which other
+        executors judge it; this process's own bound is on its monotonic clock, counted
+        from before this was written: ``_prove_start``)."""
         services = self._services
+        deadline = services.clock() + spec.timeout
         return {
             "executor": services.runner_id,
             "process": services.process,
-            "deadline": services.clock() + spec.timeout,
+            "deadline": deadline,
+            "attempt_deadline": deadline,
         }
 
     @staticmethod
@@ -389,11 +412,18 @@ class Operations:
         args: dict[str, Any] = dict(record.args) if isinstance(record.args, dict) else {}
         services.crash.reached(f"call:before:{spec.name}")
         services.inflight.add(op_id)
+        attempt = Attempt(
+            operation_id=op_id,
+            deadline=record.deadline,
+            prove=lambda: self._prove_send(op_id, spec),
+        )
         try:
-            remaining = (record.deadline or services.clock()) - services.clock()
-            async with asyncio.timeout(max(0.0, remaining.total_seconds())):
-                self._prove_send(op_id, spec)
-                output = await services.tools.run(spec.name, args, operation_id=op_id)
+            # abandoned at the attempt's own bound (this host's monotonic clock)
+            remaining = self._deadlines.get(op_id, time.monotonic()) - time.monotonic()
+            async with asyncio.timeout(max(0.0, remaining)):
+                with attempt.running():
+                    self._prove_send(op_id, spec)
+                    output = await services.tools.run(spec.name, args, operation_id=op_id)
         except TimeoutError:
             raise OutcomeUnknown(
                 f"operation {op_id} ({spec.name}) was abandoned at its deadline "

@@ -32,7 +32,7 @@ from brain.runner import DriveReport, SessionRunner
 from brain.services import Services
 from brain.tools import LocalDispatcher
 from bus import Bus, BusSettings
-from contracts import InvalidInput, utcnow
+from contracts import InvalidInput
 from contracts.model import Frozen
 from contracts.question import ApprovalRule
 from coordination.ratelimit import ModelLimits
@@ -116,7 +116,9 @@ async def build(
         store=store,
         tools=tools,
         crash=crash,
-        clock=utcnow,
+        # the store's time: what every deadline another process judges is written on
+        # (task sleeps, question and attempt deadlines; invariant 17)
+        clock=store.clock.now,
         runner_id=new_runner_id(),
         model=model,
         relay=None if bus is None else OutboxRelay(bus, crash, store),

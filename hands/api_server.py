@@ -115,7 +115,9 @@ async def serve_api(settings: ApiSettings) -> None:
             store=store,
             sandbox=sandbox,
             publish=publisher(bus) if bus is not None else _unannounced,
-            executor_id=hands.executor_id,
+            # an id of its own: a query claim of the API's is told from a run of the
+            # Hands beside it (an attempt of theirs is never taken for one that is over)
+            executor_id=f"{hands.executor_id}:api",
             metrics=metrics,
         )
         app = create_app(

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -69,9 +70,19 @@ from contracts.tool import (
     Termination,
     ToolDefinition,
 )
+from hands.claim import Claim
 from hands.metrics import HandsMetrics
 from hands.previews import OutputWriter
-from hands.sandbox import OwnedRun, RunOutcome, RunSpec, RunState, Sandbox, container_name
+from hands.sandbox import (
+    CancelledBeforeStart,
+    OwnedRun,
+    RunOutcome,
+    RunSpec,
+    RunState,
+    Sandbox,
+    StartMissed,
+    container_name,
+)
 from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write_cancelled
 from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
 from runtime.cancellation import cancel_and_wait
@@ -136,18 +147,21 @@ class Executor:
         publish: Publish,
         executor_id: str,
         crash: CrashPoints | None = None,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
         lifecycle: LifecycleSettings | None = None,
         metrics: HandsMetrics | None = None,
         pause: Pause = _no_pause,
         cancel_poll: timedelta = timedelta(seconds=2),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
         self.publish = publish
         self.executor_id = executor_id
         self.crash = crash or CrashPoints()
-        self.clock = clock
+        #: the store's time (``session_store.clock``): what claims' deadlines are written
+        #: and judged on, never this host's wall clock
+        self.clock = clock or store.clock.now
         self.lifecycle = lifecycle or LifecycleSettings()
         self.metrics = metrics or HandsMetrics()
         #: a test hook between reading a record and writing its next revision
@@ -156,6 +170,8 @@ class Executor:
         self.cancel_poll = cancel_poll
         #: operations this instance is handling right now (its beat shows them)
         self.inflight: dict[str, RunningOperation] = {}
+        #: this process's monotonic clock, on which its claims' own bounds count
+        self.monotonic = monotonic
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
@@ -196,15 +212,46 @@ class Executor:
 
     async def verify(self, operation_id: str) -> OperationResult | None:
         """Ask the tool's query entry point whether the operation happened; a found
-        outcome becomes its result. None: not found (nothing is recorded)."""
+        outcome becomes its result. None: not found (nothing is recorded). Asked only
+        where the lifecycle would ask (``Busy`` while an attempt may be in flight or its
+        run is still there: that attempt's executor records what happened)."""
         record, existing = await self._on_record(operation_id)
         if existing is not None:
             return existing
         definition = await self._definition(record.tool, record.tool_version)
-        outcome = await self._query(record, definition)
+        if not definition.queryable:
+            raise _no_query(definition)
+        self._may_ask(record, await self.sandbox.state(operation_id) is not None)
+        claimed = record
+        if record.status is OperationStatus.RUNNING:  # its attempt is over: ours meanwhile
+            claimed = (await self._claim(record, definition, new_attempt=False)).record
+        outcome = await self._query(claimed, definition)
         if outcome is None:
             return None
-        return await self._settle(record, outcome, decision="verified by its query entry point")
+        return await self._settle(claimed, outcome, decision="verified by its query entry point")
+
+    def _may_ask(self, record: Operation, run_exists: bool) -> None:
+        """``Busy`` unless the table would verify ``record`` now: a query while its
+        attempt may be in flight can only be wrong (it may land later), and a query that
+        ran out of time would park a run that is still going."""
+        if record.status is OperationStatus.ACCEPTED or (
+            record.status is OperationStatus.RUNNING and record.attempts == 0
+        ):
+            raise Busy(f"operation {record.operation_id} has not started: nothing to verify")
+        if record.status is not OperationStatus.RUNNING:
+            return  # uncertain (an operator asks), or final (its result stands)
+        mine = record.executor == self.executor_id and record.operation_id not in self.inflight
+        evidence = Evidence(
+            record=record, run_exists=run_exists, attempt_over=mine, now=self.clock()
+        )
+        decision = decide(evidence, Policy(replay=record.replay, queryable=True), self.lifecycle)
+        if decision.step is Step.WAIT:
+            raise Busy(f"operation {record.operation_id}: {decision.why}", until=decision.until)
+        if decision.step is Step.RECONNECT:
+            raise Busy(
+                f"operation {record.operation_id}: its run is still there; the executor "
+                "collecting it records what happened"
+            )
 
     async def cancel(
         self, operation_id: str, reason: str, *, by: str | None = None
@@ -369,52 +416,56 @@ class Executor:
         if step is Step.REUSE:
             return await self.store.get_operation_result(record.operation_id)
         if step is Step.RECONNECT:
-            claimed = await self._claim(record, definition, new_attempt=False)
+            claim = await self._claim(record, definition, new_attempt=False)
             self.crash.reached("hands:claimed")
-            outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN, collect=True)
-            return await self._finish(claimed, definition, outcome, "executed")
-        if step is Step.VERIFY:
-            attempted = record.attempt_deadline
-            claimed = await self._claim(record, definition, new_attempt=False)
             try:
-                found = await self._query(claimed, definition)
-            except Unanswered:
-                return None  # parked: uncertain, for an operator
-            if found is not None:
-                return await self._settle(claimed, found)
-            self._not_found_yet(record, attempted)
-            record = claimed
+                outcome = await self._sandboxed(
+                    claim.record, definition, DispatchMode.RUN, collect=True, guard=claim
+                )
+            except CancelledBeforeStart as cancelled:  # a run created, never started
+                return await self._settle_cancelled(cancelled.record)
+            except StartMissed as missed:
+                raise Busy(missed.message) from missed
+            return await self._finish(claim.record, definition, outcome, "executed")
+        if step is Step.VERIFY:
+            return await self._verify_then(record, definition)
+        if step is Step.FAIL:
+            return await self._settle(record, _exhausted(record, decision.why))
         path = "replayed" if step is Step.REPLAY else "executed"
         return await self._start(record, definition, path)
 
-    def _not_found_yet(self, record: Operation, deadline: datetime | None) -> None:
-        """Not found by the query is only proof once the attempt's deadline (and the
-        takeover margin) passed: until then its request may still be in flight at the
-        destination (held, or sent just before its connection broke) and land later.
-        ``Busy`` until then: the dispatch comes back and the query is asked again."""
-        if deadline is None:
-            return
-        until = deadline + self.lifecycle.takeover_margin
-        if self.clock() < until:
-            raise Busy(
-                f"operation {record.operation_id}: its query found nothing, but attempt "
-                f"{record.attempts} may still land until {until.isoformat()}",
-                until=until,
-            )
+    async def _verify_then(
+        self, record: Operation, definition: ToolDefinition
+    ) -> OperationResult | None:
+        """Ask the query (under a claim of ours, so no other executor acts meanwhile);
+        found: its result; not found: the table decides again (wait, start, or fail)."""
+        claimed = (await self._claim(record, definition, new_attempt=False)).record
+        try:
+            found = await self._query(claimed, definition)
+        except Unanswered:
+            return None  # parked: uncertain, for an operator
+        if found is not None:
+            return await self._settle(claimed, found)
+        evidence = Evidence(record=claimed, attempt_over=True, not_found=True, now=self.clock())
+        decision = decide(evidence, Policy.of(definition), self.lifecycle)
+        return await self._act(decision, claimed, definition)
 
     async def _start(
         self, record: Operation, definition: ToolDefinition, path: str
     ) -> OperationResult | None:
-        """Claim a new attempt and start its run — unless a cancellation was recorded
-        meanwhile (read again just before the start: it wins)."""
-        claimed = await self._claim(record, definition, new_attempt=True)
+        """Claim a new attempt and start its run — only once the claim is proved again
+        immediately before the start (``hands.claim``): a cancellation recorded meanwhile
+        wins, a claim taken over meanwhile starts nothing."""
+        claim = await self._claim(record, definition, new_attempt=True)
         self.crash.reached("hands:claimed")
         await self.pause("start:read")
-        current = await self.store.get_operation(claimed.operation_id) or claimed
-        if current.cancel:
-            return await self._settle_cancelled(current)
-        outcome = await self._sandboxed(claimed, definition, DispatchMode.RUN)
-        return await self._finish(claimed, definition, outcome, path)
+        try:
+            outcome = await self._sandboxed(claim.record, definition, DispatchMode.RUN, guard=claim)
+        except CancelledBeforeStart as cancelled:
+            return await self._settle_cancelled(cancelled.record)
+        except StartMissed as missed:
+            raise Busy(missed.message) from missed
+        return await self._finish(claim.record, definition, outcome, path)
 
     async def _settle_cancelled(self, record: Operation) -> OperationResult:
         """Cancelled before its run started: ``cancelled`` is what happened."""
@@ -444,38 +495,52 @@ class Executor:
 
     async def _claim(
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
-    ) -> Operation:
+    ) -> Claim:
         claiming: dict[str, bool | str] = {
             "brainhands.new_attempt": new_attempt,
             "brainhands.executor": self.executor_id,
         }
         with TRACER.start_as_current_span("claim", attributes=claiming):
-            claimed = await self._claim_record(record, definition, new_attempt=new_attempt)
-        trace.get_current_span().set_attribute("brainhands.attempt", claimed.attempts)
-        return claimed
+            claim = await self._claim_record(record, definition, new_attempt=new_attempt)
+        trace.get_current_span().set_attribute("brainhands.attempt", claim.record.attempts)
+        return claim
 
     async def _claim_record(
         self, record: Operation, definition: ToolDefinition, *, new_attempt: bool
-    ) -> Operation:
-        """A create-once revision naming this executor; of several claimers one wins."""
-        deadline = (
-            self.clock() + timedelta(seconds=definition.timeout_s) + self.lifecycle.start_allowance
-        )
+    ) -> Claim:
+        """A create-once revision naming this executor; of several claimers one wins.
+        Its deadline is on the store's clock; this executor's own bounds on it count on
+        its monotonic clock from just before the write (``hands.claim``)."""
+        sent_at = self.monotonic()
+        timeout = timedelta(seconds=definition.timeout_s)
+        deadline = Claim.deadline_at(self.clock(), timeout, self.lifecycle)
         await self.pause("claim:read")
         try:
-            return await self.store.transition_operation(
+            claimed = await self.store.transition_operation(
                 record,
                 OperationStatus.RUNNING,
                 executor=self.executor_id,
                 process=None,
                 deadline=deadline,
-                attempt_deadline=deadline if new_attempt else record.attempt_deadline,
+                # the deadline of the attempt that ran the action (a record that names
+                # none: its own deadline was that attempt's)
+                attempt_deadline=(
+                    deadline if new_attempt else record.attempt_deadline or record.deadline
+                ),
                 attempts=record.attempts + (1 if new_attempt else 0),
             )
         except ConflictError as error:
             raise Busy(
                 f"operation {record.operation_id} was claimed by another executor"
             ) from error
+        return Claim(
+            self.store,
+            claimed,
+            definition,
+            settings=self.lifecycle,
+            sent_at=sent_at,
+            monotonic=self.monotonic,
+        )
 
     async def _sandboxed(
         self,
@@ -484,12 +549,14 @@ class Executor:
         mode: DispatchMode,
         *,
         collect: bool = False,
+        guard: Claim | None = None,
     ) -> RunOutcome:
-        """Run (or, with ``collect``, only collect: never start) the operation's run."""
+        """Run (or, with ``collect``, only collect: never start) the operation's run;
+        ``guard``: the claim proved again right before anything starts."""
         deadline = record.deadline if mode is DispatchMode.RUN else None
         if deadline is None:  # a query: its own timeout, started now
-            deadline = self.clock() + timedelta(seconds=definition.timeout_s)
-            deadline += self.lifecycle.start_allowance
+            timeout = timedelta(seconds=definition.timeout_s)
+            deadline = Claim.deadline_at(self.clock(), timeout, self.lifecycle)
         spec = RunSpec(
             operation_id=record.operation_id,
             session_id=record.session_id,
@@ -508,11 +575,13 @@ class Executor:
         )
         previews = OutputWriter(self.store, record) if mode is DispatchMode.RUN else None
         saving = asyncio.create_task(previews.run()) if previews is not None else None
-        asked = self.clock()
+        asked = utcnow()  # (compared with the engine's stamp of the start: this host's)
         try:
             running = {"brainhands.mode": mode.value, "brainhands.collect_only": collect}
             with TRACER.start_as_current_span("sandbox run", attributes=running) as span:
-                outcome = await self.sandbox.run(spec, log=previews.log if previews else None)
+                outcome = await self.sandbox.run(
+                    spec, log=previews.log if previews else None, guard=guard
+                )
                 span.set_attributes(
                     {
                         "brainhands.container": outcome.container or "",
@@ -726,9 +795,11 @@ class Executor:
         record = await self.store.get_operation(run.operation_id)
         if record is None:
             return False
-        if run.deadline is None and record.deadline is not None:
-            # a warm container bound by its name carries no deadline label: its claim's
-            overdue = self.clock() > record.deadline + margin
+        if record.deadline is not None:
+            # the latest claim's (a warm container bound by its name carries no deadline
+            # label; a reconnect's claim moved the deadline past the container's label)
+            latest = max(filter(None, (run.deadline, record.deadline)))
+            overdue = self.clock() > latest + margin
         stop = record.cancel is not None or overdue
         if run.state is not RunState.EXITED and not stop:
             return False
@@ -747,7 +818,7 @@ class Executor:
         with _traced(dispatch) if dispatch is not None else contextlib.nullcontext() as span:
             definition = await self._definition(record.tool, record.tool_version)
             try:  # the record names who collects it, as a reconnect's does
-                record = await self._claim(record, definition, new_attempt=False)
+                record = (await self._claim(record, definition, new_attempt=False)).record
             except Busy:
                 return False  # its handler (or another reaper) wrote first: theirs to finish
             outcome = await self._sandboxed(record, definition, DispatchMode.RUN, collect=True)
@@ -790,6 +861,21 @@ def _decided(record: Operation, executor: Executor) -> dict[str, str]:
     if record.status is not OperationStatus.UNCERTAIN:
         return {}
     return {"decided_by": executor.executor_id, "decision": "cancelled"}
+
+
+def _exhausted(record: Operation, why: str) -> OperationResult:
+    """The result of an operation its query proved did not happen, with no start left."""
+    return OperationResult(
+        operation_id=record.operation_id,
+        session_id=record.session_id,
+        succeeded=False,
+        error=ErrorInfo(
+            code="attempts_exhausted",
+            message=f"{record.tool}: {why}",
+            details={"attempts": record.attempts},
+        ),
+        path="verified",
+    )
 
 
 def _refusal(dispatch: Dispatch, problem: ErrorInfo) -> OperationResult:

@@ -22,12 +22,24 @@ recorded, not started (``accepted``)                    ``start`` (``cancelled``
 its process not known to be gone)
 ``running``, the attempt is over, outcome unknown:
   - a cancellation is recorded                          ``park``: never re-run
-  - ``max_attempts`` starts made                        ``park``
+  - its query just answered "not found" (``not_found``):
+      before the attempt's deadline + takeover margin   ``wait``: its request may still
+                                                        land
+      ``max_attempts`` starts made                      ``fail``: it did not happen, and
+                                                        no start is left
+      otherwise                                         ``start`` again
+  - ``max_attempts`` starts made: with a query          ``verify`` (found: its result)
+                                  without               ``park``
   - replay-safe                                         ``replay`` (same id)
   - unsafe with a query entry point                     ``verify`` (found: its result;
-                                                        not found: ``start`` again)
+                                                        not found: decided again, above)
   - unsafe without                                      ``park``: an operator decides
 ======================================================  =================================
+
+Times are the store's (``session_store.clock``): a deadline one executor wrote is judged
+by another on the clock they share, never on a host's (invariant 17). The takeover
+margin covers that clock's resolution and a round trip, and the time a request already
+sent may take to land.
 
 Invariants 8 (unknown outcomes are recovered by the tool's declaration) and 11 (an
 unsafe action is never repeated without proof it did not happen) live here, once.
@@ -53,13 +65,15 @@ class Step(StrEnum):
     PARK = "park"
     PARKED = "parked"
     CANCELLED = "cancelled"
+    FAIL = "fail"
 
 
 class LifecycleSettings(Frozen):
     """The one set of settings of the operation lifecycle."""
 
-    #: after an attempt's deadline, how long it may still be finishing (clocks of two
-    #: hosts differ by less than this)
+    #: after an attempt's deadline, how long it may still be finishing: a request sent
+    #: just before the deadline landing at its destination, and the store clock's
+    #: resolution (a whole second on S3 and DynamoDB) plus a round trip
     takeover_margin: timedelta = timedelta(seconds=2)
     #: a Hands' claim lasts the tool's timeout plus this (pulling, creating, starting)
     start_allowance: timedelta = timedelta(seconds=10)
@@ -98,6 +112,9 @@ class Evidence(Frozen):
     #: the attempt's executor is certainly done with it (its process is gone, or it was
     #: this executor's own attempt and it ended)
     attempt_over: bool = False
+    #: the tool's query entry point just answered that it knows nothing of the operation
+    not_found: bool = False
+    #: the store's time (``session_store.clock``), on which the record's deadlines are
     now: datetime
 
 
@@ -149,7 +166,15 @@ def decide(evidence: Evidence, policy: Policy, settings: LifecycleSettings) -> D
         return Decision(
             step=Step.PARK, why=f"{why}; cancelled meanwhile ({record.cancel}): never re-run"
         )
-    if record.attempts >= settings.max_attempts:
+    if evidence.not_found:
+        return _not_found(record, evidence.now, settings)
+    exhausted = record.attempts >= settings.max_attempts
+    if exhausted and policy.queryable:
+        return Decision(
+            step=Step.VERIFY,
+            why=f"{why}; {record.attempts} attempts made: asking its query entry point first",
+        )
+    if exhausted:
         return Decision(
             step=Step.PARK,
             why=f"{why}; {record.attempts} attempts made, giving the decision to an operator",
@@ -164,4 +189,34 @@ def decide(evidence: Evidence, policy: Policy, settings: LifecycleSettings) -> D
             f"{why}; {record.tool} is not replay-safe and has no query, so it is not re-run: "
             "an operator must decide"
         ),
+    )
+
+
+def _not_found(record: Operation, now: datetime, settings: LifecycleSettings) -> Decision:
+    """The query knows nothing of the operation. That proves it did not happen only once
+    the deadline of the attempt that ran the action (and the takeover margin) has
+    passed: until then its request may still be in flight (held somewhere, or sent just
+    before its connection broke) and land later."""
+    attempted = record.attempt_deadline or record.deadline
+    if attempted is not None and now < attempted + settings.takeover_margin:
+        until = attempted + settings.takeover_margin
+        return Decision(
+            step=Step.WAIT,
+            why=(
+                f"its query found nothing, but attempt {record.attempts} may still land "
+                f"until {until.isoformat()}"
+            ),
+            until=until,
+        )
+    if record.attempts >= settings.max_attempts:
+        return Decision(
+            step=Step.FAIL,
+            why=(
+                f"its query found nothing after attempt {record.attempts}'s deadline: it did "
+                f"not happen, and its {record.attempts} attempts are spent"
+            ),
+        )
+    return Decision(
+        step=Step.START,
+        why=f"its query found nothing after attempt {record.attempts}'s deadline: start again",
     )

@@ -6,6 +6,8 @@ verifies with ``query``, which answers ``None`` for an operation the service nev
 query whose connection ends before any response is asked once more at once (a read is
 safe to repeat; a send never is repeated here).
 Refusals (401, 409, 422 and other 4xx) raise ``ToolFailed`` with the service's message.
+Sends go through ``brain.attempt.AttemptTransport``: one made under an operation's
+attempt is proved again right before it is written and carries the attempt's fence.
 The token is only ever sent in the ``Authorization`` header, never put into an error.
 """
 
@@ -17,6 +19,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from brain.attempt import AttemptTransport
 from contracts.errors import OutcomeUnknown, ToolFailed
 from examples.emails.wire import Faults, Ledger, Receipt
 
@@ -44,7 +47,9 @@ class EmailClient:
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {secret.get_secret_value()}"},
             timeout=timeout,
-            transport=transport,
+            # a send made under an operation's attempt is proved at the last moment and
+            # carries the attempt's fence (``brain.attempt``)
+            transport=AttemptTransport(transport),
         )
 
     async def __aenter__(self) -> EmailClient:

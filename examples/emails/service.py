@@ -3,7 +3,9 @@ SendGrid, for the five-emails example, its crash tests and the demo.
 
 Sends are idempotent by ``operation_id`` (a repeat with the same content gets the original
 answer and sends nothing), ``GET /messages/{operation_id}`` is the query entry point that
-verifies an uncertain send, and a fault switch (``POST /faults``) makes the service accept
+verifies an uncertain send, a send that carries its attempt's fence
+(``contracts.attempt``) is refused, unsent, once that attempt's deadline has passed (409,
+counted in the ledger's ``late``), and a fault switch (``POST /faults``) makes the service accept
 sends but drop the responses, so callers meet a genuinely unknown outcome.
 
 Run it as a process::
@@ -32,6 +34,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from brain.model.serving import run_app
+from contracts.attempt import AttemptFence
 from contracts.errors import InvalidInput
 from contracts.model import utcnow
 from examples.emails.wire import Faults, Ledger, SendRequest, SentMessage
@@ -54,11 +57,16 @@ class LedgerBook:
         self._lock = asyncio.Lock()
         self.messages: dict[str, SentMessage] = {}
         self.requests: dict[str, int] = {}
+        self.late: dict[str, int] = {}
         if path is not None and path.exists():
             self._load(path)
 
     def snapshot(self) -> Ledger:
-        return Ledger(messages=tuple(self.messages.values()), requests=dict(self.requests))
+        return Ledger(
+            messages=tuple(self.messages.values()),
+            requests=dict(self.requests),
+            late=dict(self.late),
+        )
 
     def count(self, operation_id: str) -> None:
         self.requests[operation_id] = self.requests.get(operation_id, 0) + 1
@@ -89,6 +97,7 @@ class LedgerBook:
             raise InvalidInput(f"cannot load the email ledger {path}: {exc}") from None
         self.messages = {message.operation_id: message for message in ledger.messages}
         self.requests = dict(ledger.requests)
+        self.late = dict(ledger.late)
 
 
 class EmailService:
@@ -117,6 +126,9 @@ class EmailService:
         send = await _parse(request, SendRequest)
         if isinstance(send, Response):
             return send
+        fence = AttemptFence.of(request.headers)
+        if fence is not None and fence.late(utcnow()):
+            return await self._late(send, fence)
         response = self._accept(send)
         await self.book.persist()
         targeted = self.faults.operation_id in (None, send.operation_id)
@@ -127,6 +139,17 @@ class EmailService:
             )
             await _drop_response(request, hold)
         return response
+
+    async def _late(self, send: SendRequest, fence: AttemptFence) -> Response:
+        """A send that arrived after its attempt's deadline: refused, nothing sent (the
+        attempt may already have been verified and repeated by another executor)."""
+        self.book.late[send.operation_id] = self.book.late.get(send.operation_id, 0) + 1
+        await self.book.persist()
+        return _error(
+            409,
+            f"the send of {send.operation_id!r} arrived after its attempt's deadline "
+            f"({fence.deadline.isoformat()}); it was not sent",
+        )
 
     def _accept(self, send: SendRequest) -> Response:
         self.book.count(send.operation_id)

@@ -61,6 +61,8 @@ class Ledger(Frozen):
 
     messages: tuple[SentMessage, ...] = ()
     requests: dict[str, int] = Field(default_factory=dict)
+    #: sends refused because they arrived after their attempt's deadline, by operation
+    late: dict[str, int] = Field(default_factory=dict)
 
 
 class Faults(Frozen):

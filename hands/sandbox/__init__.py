@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, JsonValue
 
+from contracts import BrainhandsError, Operation
+from contracts.attempt import DEADLINE_VARIABLE
 from contracts.model import Frozen
 from contracts.tool import DispatchMode, Termination, ToolDefinition
 
@@ -130,15 +132,69 @@ class OwnedRun(Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+def attempt_environment(spec: RunSpec) -> dict[str, str]:
+    """A run's attempt deadline (the store's clock), for the tool to send with its
+    requests so that the service can refuse one that arrives late
+    (``contracts.attempt``). A query is no attempt: it gets none."""
+    if spec.mode is not DispatchMode.RUN or spec.deadline is None:
+        return {}
+    return {DEADLINE_VARIABLE: spec.deadline.isoformat()}
+
+
+class StartMissed(BrainhandsError):
+    """A run was not started: the claim it would have run under is no longer this
+    executor's, or its time to start passed while this executor stalled. Nothing ran."""
+
+    code = "start_missed"
+    retryable = True
+
+
+class CancelledBeforeStart(BrainhandsError):
+    """A run was not started: a cancellation was recorded on the operation since it was
+    claimed (``record``: the revision that records it). Nothing ran."""
+
+    code = "cancelled_before_start"
+
+    def __init__(self, record: Operation) -> None:
+        super().__init__(
+            f"operation {record.operation_id} was cancelled before its run started",
+            operation_id=record.operation_id,
+        )
+        self.record = record
+
+
+class StartGuard(Protocol):
+    """What a sandbox asks right before it starts a run (``hands.claim.Claim``): each
+    raises ``StartMissed`` or ``CancelledBeforeStart`` to leave it unstarted."""
+
+    async def prove(self) -> None:
+        """Read the claim again (I/O): still this executor's, with time left to run."""
+        ...
+
+    def check(self) -> None:
+        """The last proof, in the thread that makes the engine call (no I/O)."""
+        ...
+
+    @property
+    def stop_at(self) -> float:
+        """When the claim ends, on this host's monotonic clock: the run is stopped by
+        then whenever it started."""
+        ...
+
+
 class Sandbox(Protocol):
     async def check(self) -> None:
         """Raise when runs cannot be started now (the engine does not answer)."""
         ...
 
-    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+    async def run(
+        self, spec: RunSpec, *, log: Capture | None = None, guard: StartGuard | None = None
+    ) -> RunOutcome:
         """Start the run, or reconnect to the one already named for this operation, and
         wait for it to end; the container stays until ``remove``. ``log``, when given,
-        is fed the run's stderr as it is written (for previews; a sandbox may not)."""
+        is fed the run's stderr as it is written (for previews; a sandbox may not).
+        ``guard``, when given, is asked immediately before anything is started (its
+        errors propagate, nothing started) and bounds the run's end (``stop_at``)."""
         ...
 
     async def state(

@@ -18,6 +18,7 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from hands.sandbox.output import Capture
@@ -41,8 +42,12 @@ class Attachment:
         stdout: Capture,
         stderr: Capture,
         log: Capture | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
+        """``check``: called in the thread right before the job is written; what it
+        raises ends the attachment with nothing written (the tool never starts)."""
         self._api, self._id, self._job = api, container_id, job
+        self._check = check
         self.stdout = Trailer(stdout.feed, nonce=nonce)
         self.stderr = Trailer(self._to_stderr, nonce=nonce, bound=True)
         self._stdout_capture, self._stderr_capture, self._log = stdout, stderr, log
@@ -83,6 +88,8 @@ class Attachment:
                 self._socket = raw
                 if self._cancelled:
                     return
+            if self._check is not None:
+                self._check()
             raw.sendall(self._job)
             raw.shutdown(socket.SHUT_WR)  # the container's stdin closes (StdinOnce)
             self.delivered = True

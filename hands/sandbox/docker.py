@@ -2,9 +2,11 @@
 
 ``run`` is *start or reconnect*: the container is named for the operation
 (``container_name``), so whatever executor comes later finds it — running (waited for,
-the timeout counted from the container's own start), exited (collected), created but
-never started (started: it never ran) — and only when none exists creates one. The
-action is never started twice.
+the timeout counted from the container's own start on the engine's clock), exited
+(collected), created but never started (started: it never ran) — and only when none
+exists creates one. The action is never started twice. Nothing is started before the
+executor's claim is proved again (``StartGuard``: a warm container is bound, a created
+one started, only after it), and no run outlives that claim (``stop_at``).
 
 Every defense is a flag set on create (``hands.sandbox.hardening``; table in
 ``docs/hardening.md``): no network (or only the internal egress network), read-only
@@ -32,9 +34,10 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
 
 import docker  # type: ignore[import-untyped]
@@ -64,6 +67,7 @@ from hands.sandbox import (
     RunOutcome,
     RunSpec,
     RunState,
+    StartGuard,
     container_name,
     hardening,
 )
@@ -186,8 +190,12 @@ class DockerSandbox:
 
     # -- run -------------------------------------------------------------------------------
 
-    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+    async def run(
+        self, spec: RunSpec, *, log: Capture | None = None, guard: StartGuard | None = None
+    ) -> RunOutcome:
         """``log``: the run's stderr is fed to it while the run lasts (previews).
+        ``guard``: proved immediately before a warm container is bound or a created one
+        started (its errors propagate: nothing started); no run outlives its ``stop_at``.
 
         A fresh run is created first: a name already taken is what sends it to
         reconnect (inspect, check the labels, start/wait/collect what is there). So a
@@ -200,9 +208,15 @@ class DockerSandbox:
         taken = False  # the name is another container's: reconnect to it
         if not spec.collect_only:
             warm = await self.warm.take(spec)
+            if warm is not None and guard is not None:
+                try:
+                    await guard.prove()
+                except BaseException:
+                    self.warm.pool.give_back(warm)
+                    raise
             bound = warm is not None and await self.warm.bind(warm, name)
             if warm is not None and bound == "bound":
-                work = self.warm.run(spec, name, warm.id, arguments, log)
+                work = self.warm.run(spec, name, warm.id, arguments, log, guard=guard)
                 outcome = await self._guarded(name, False, work)
                 if not outcome.refused:
                     return outcome
@@ -219,14 +233,15 @@ class DockerSandbox:
             except (InvalidInput, StoreUnavailable) as error:
                 return refused(name, "the engine refused to create it", error)
             else:
-                return await self._guarded(name, False, self._fresh(spec, name, created, log))
+                fresh = self._fresh(spec, name, created, log, guard)
+                return await self._guarded(name, False, fresh)
         found = await self._inspect(name)
         if found is None:
             return absent(name) if spec.collect_only else gone(name, True)
         refusal = self._not_ours(found, spec)
         if refusal is not None:
             return refusal
-        return await self._guarded(name, True, self._follow(spec, found, log))
+        return await self._guarded(name, True, self._follow(spec, found, log, guard))
 
     async def _guarded(
         self, name: str, reconnected: bool, work: Coroutine[Any, Any, RunOutcome]
@@ -246,41 +261,87 @@ class DockerSandbox:
     # -- cold runs -------------------------------------------------------------------------
 
     async def _fresh(
-        self, spec: RunSpec, name: str, container_id: str, log: Capture | None
+        self,
+        spec: RunSpec,
+        name: str,
+        container_id: str,
+        log: Capture | None,
+        guard: StartGuard | None,
     ) -> RunOutcome:
         """Start the container just created, wait for its end, collect it."""
         try:
-            await self._call(self._api.start, container_id)
+            await self._start(container_id, guard)
         except (InvalidInput, StoreUnavailable) as error:
             return refused(name, "the engine refused to start it", error)
         # the timeout counts from the end of the start call: never before the
         # container's own start (which the engine stamps inside that call)
-        deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
-        watch = await self.watcher.watch(spec, container_id, deadline, log)
+        stop_at = self.stop_at(spec.tool.timeout_s, guard)
+        watch = await self.watcher.watch(spec, container_id, stop_at, log)
         return await self.watcher.outcome(spec, container_id, watch, reconnected=False)
 
+    async def _start(self, container_id: str, guard: StartGuard | None) -> None:
+        """Start a created container — after the guard's proof, and its last check in
+        the very thread that asks the engine (a stall between the two is a stall before
+        the start, not after it)."""
+        if guard is None:
+            await self._call(self._api.start, container_id)
+            return
+        await guard.prove()
+
+        def start() -> None:
+            guard.check()
+            self._api.start(container_id)
+
+        await self._call(start)
+
     async def _follow(
-        self, spec: RunSpec, container: dict[str, Any], log: Capture | None
+        self,
+        spec: RunSpec,
+        container: dict[str, Any],
+        log: Capture | None,
+        guard: StartGuard | None,
     ) -> RunOutcome:
         """Reconnect: start a container that never ran, wait for a running one (its
-        timeout counted from its own start), collect an exited one."""
+        timeout counted from its own start, on the engine's clock), collect an exited
+        one."""
         started = started_at(container)
         if LABEL_POOL in (container["Config"].get("Labels") or {}):
-            return await self.warm.rejoin(spec, container, log)
+            return await self.warm.rejoin(spec, container, log, guard)
+        stop_at: float | None = None
         if started is None:
             try:
-                await self._call(self._api.start, container["Id"])
+                await self._start(container["Id"], guard)
             except (InvalidInput, StoreUnavailable) as error:
                 return refused(container["Name"], "the engine refused to start it", error)
-            started = datetime.now(UTC)
+            stop_at = self.stop_at(spec.tool.timeout_s, guard)
             running = True
         else:
             running = bool(container["State"].get("Running"))
         watch = None
         if running:
-            deadline = started + timedelta(seconds=spec.tool.timeout_s)
-            watch = await self.watcher.watch(spec, container["Id"], deadline, log)
+            if stop_at is None:
+                ran = await self.ran_for(started)
+                stop_at = self.stop_at(spec.tool.timeout_s - ran, guard)
+            watch = await self.watcher.watch(spec, container["Id"], stop_at, log)
         return await self.watcher.outcome(spec, container["Id"], watch, reconnected=True)
+
+    def stop_at(self, seconds: float, guard: StartGuard | None) -> float:
+        """When (this process's monotonic clock) a run with ``seconds`` of its timeout
+        left is stopped: then, or early enough that its stop's grace still ends within
+        the executor's claim — others may act on the operation once the claim is over."""
+        stop_at = time.monotonic() + seconds
+        if guard is not None:
+            stop_at = min(stop_at, guard.stop_at - self.config.kill_grace.total_seconds())
+        return stop_at
+
+    async def ran_for(self, since: datetime | None) -> float:
+        """Seconds from ``since`` (a stamp of the engine's, e.g. a container's start) to
+        now, both on the engine's clock: never this process's wall clock."""
+        if since is None:
+            return 0.0
+        info = await self._call(self._api.info)
+        now = stamp(info.get("SystemTime"))
+        return 0.0 if now is None else max(0.0, (now - since).total_seconds())
 
     async def _create(self, spec: RunSpec, name: str, arguments: str) -> str:
         """Create the run's container; its id. ``ConflictError``: the name is taken."""
@@ -387,7 +448,7 @@ class DockerSandbox:
         if found is not None:
             with contextlib.suppress(NotFound, ConflictError):  # gone, or already going
                 await self._call(self._api.remove_container, found["Id"], force=True, v=True)
-        deadline = datetime.now(UTC) + self.config.api_timeout
+        deadline = time.monotonic() + self.config.api_timeout.total_seconds()
         delay = 0.05
         while await self._inspect(name) is not None:
             if left(deadline) <= 0:

@@ -9,6 +9,7 @@ collect. ``termination_of`` decides which ``Termination`` a stopped container's 
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -126,5 +127,6 @@ def started_at(container: dict[str, Any]) -> datetime | None:
     return stamp(container["State"].get("StartedAt"))
 
 
-def left(deadline: datetime) -> float:
-    return max(0.0, (deadline - datetime.now(UTC)).total_seconds())
+def left(stop_at: float) -> float:
+    """Seconds until ``stop_at`` on this process's monotonic clock (never below 0)."""
+    return max(0.0, stop_at - time.monotonic())

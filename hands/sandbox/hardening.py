@@ -30,6 +30,7 @@ from hands.sandbox import (
     LABEL_SESSION,
     LABEL_TOOL,
     RunSpec,
+    attempt_environment,
 )
 
 LABEL_EXECUTOR = "io.brainhands.executor"
@@ -79,6 +80,7 @@ def environment(spec: RunSpec, arguments: str, egress: EgressRoute | None) -> di
         "BH_ARGUMENTS": arguments,
         "BH_MODE": spec.mode.value,
         **spec.tool.config,
+        **attempt_environment(spec),
     }
     if spec.tool.network.allow:
         if egress is None:

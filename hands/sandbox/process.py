@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,12 @@ from hands.sandbox import (
     RunOutcome,
     RunSpec,
     RunState,
+    StartGuard,
+    attempt_environment,
     container_name,
 )
 from hands.sandbox.output import Capture
+from session_store.clock import boot_seconds
 
 _POLL = 0.05
 _TAIL = 8 * 1024
@@ -62,8 +66,14 @@ class ProcessSandbox:
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise OSError(f"the process sandbox's run directory {self.root} is not writable")
 
-    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
-        """``log`` is not fed: this local sandbox collects stderr at the end only."""
+    async def run(
+        self, spec: RunSpec, *, log: Capture | None = None, guard: StartGuard | None = None
+    ) -> RunOutcome:
+        """``log`` is not fed: this local sandbox collects stderr at the end only.
+
+        Times are measured on the machine's boot-time clock (the run's start is kept in
+        its directory as such): a reconnect from another process measures the same, and
+        no process's wall clock counts."""
         name = container_name(spec.operation_id, spec.mode)
         where = self.root / name
         reconnected = where.exists()
@@ -76,17 +86,23 @@ class ProcessSandbox:
                 detail="no run of the operation to collect (collected or removed meanwhile)",
             )
         if not reconnected:
+            if guard is not None:
+                await guard.prove()
+                guard.check()
             self._start(spec, where)
-        started = _started(where)
-        if started is None:  # removed meanwhile (``kill``: the run was cancelled)
+        begun = _begun(where)
+        if begun is None:  # removed meanwhile (``kill``: the run was cancelled)
             return _removed(name, reconnected)
-        deadline = started + timedelta(seconds=spec.tool.timeout_s)
+        started, since = begun
+        stop_at = time.monotonic() + (since + spec.tool.timeout_s - boot_seconds())
+        if guard is not None:
+            stop_at = min(stop_at, guard.stop_at)
         limit = spec.tool.limits.output_bytes
         termination: Termination | None = None
         while not (where / "exit").exists():
             if _size(where / "stdout") > limit:
                 termination = Termination.OUTPUT_LIMIT
-            elif datetime.now(UTC) > deadline:
+            elif time.monotonic() > stop_at:
                 termination = Termination.TIMEOUT
             if termination is not None:
                 self._stop(where)
@@ -96,7 +112,7 @@ class ProcessSandbox:
                     return _removed(name, reconnected)
                 if (where / "pid").exists() or (where / "exit").exists():
                     break
-                if datetime.now(UTC) > started + self.start_grace:
+                if boot_seconds() > since + self.start_grace.total_seconds():
                     return self._interrupted(name, started, reconnected)
             await asyncio.sleep(_POLL)
         return self._collect(where, name, started, termination, reconnected)
@@ -122,6 +138,7 @@ class ProcessSandbox:
         scratch = Path(tempfile.mkdtemp(prefix=f".{where.name}.", dir=where.parent))
         meta = {
             "started_at": datetime.now(UTC).isoformat(),
+            "started_boot": boot_seconds(),
             "operation_id": spec.operation_id,
             "session_id": spec.session_id,
             "mode": spec.mode.value,
@@ -138,6 +155,7 @@ class ProcessSandbox:
             "BH_ARGUMENTS": json.dumps(spec.args),
             "BH_MODE": spec.mode.value,
             **spec.tool.config,
+            **attempt_environment(spec),
         }
         # The wrapper detaches (double fork, new session) and records its pid before this
         # returns: the run outlives this process, and is nobody's zombie.
@@ -258,18 +276,26 @@ def _command(spec: RunSpec) -> tuple[str, ...]:
     return tuple(command)
 
 
-def _started(where: Path) -> datetime | None:
-    """When the run in ``where`` started: from its metadata, or for a directory without
-    one (left by an older executor killed mid-start) from the directory itself; None
-    when the directory is gone."""
+def _begun(where: Path) -> tuple[datetime, float] | None:
+    """When the run in ``where`` started (for display), and then on the boot-time clock
+    (for its timeout): from its metadata, or for a directory without one (left by an
+    older executor killed mid-start) from the directory itself; None when the directory
+    is gone."""
     try:
-        return datetime.fromisoformat(json.loads((where / "meta.json").read_text())["started_at"])
+        meta = json.loads((where / "meta.json").read_text())
     except FileNotFoundError:
-        pass
+        meta = None
+    if meta is not None:
+        started = datetime.fromisoformat(meta["started_at"])
+        since = meta.get("started_boot")
+        if since is None:  # a run of an older executor: as old as its wall-clock age
+            since = boot_seconds() - (datetime.now(UTC) - started).total_seconds()
+        return started, float(since)
     try:
-        return datetime.fromtimestamp(where.stat().st_mtime, UTC)
+        changed = where.stat().st_mtime
     except FileNotFoundError:
         return None
+    return datetime.fromtimestamp(changed, UTC), boot_seconds() - (time.time() - changed)
 
 
 def _alive(where: Path) -> bool:

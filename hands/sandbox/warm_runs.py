@@ -19,12 +19,20 @@ import re
 import secrets
 import time
 from collections.abc import Coroutine
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contracts import BrainhandsError, ConflictError, InvalidInput, NotFound, StoreUnavailable
 from contracts.tool import DispatchMode, Termination, ToolDefinition
-from hands.sandbox import LABEL_OWNER, LABEL_POOL, RunOutcome, RunSpec, hardening
+from hands.sandbox import (
+    LABEL_OWNER,
+    LABEL_POOL,
+    RunOutcome,
+    RunSpec,
+    StartGuard,
+    StartMissed,
+    hardening,
+)
 from hands.sandbox.attachment import Attachment
 from hands.sandbox.bootstrap import command_of
 from hands.sandbox.engine_outcome import left
@@ -153,9 +161,13 @@ class WarmRuns:
         log: Capture | None,
         *,
         reconnected: bool = False,
+        guard: StartGuard | None = None,
     ) -> RunOutcome:
         """Deliver the bound container its job and read the run to its trailers; what
-        ended otherwise (killed, timed out, over the cap, exec'd) the engine tells."""
+        ended otherwise (killed, timed out, over the cap, exec'd) the engine tells.
+        The guard's last check runs in the attaching thread right before the job is
+        written: a job not written is a run not started (the container waits for one,
+        and a later executor holding the claim may give it)."""
         sandbox = self._sandbox
         nonce = secrets.token_hex(16)
         environment = sandbox._environment(spec, arguments)
@@ -173,8 +185,9 @@ class WarmRuns:
             stdout=stdout,
             stderr=stderr,
             log=log,
+            check=None if guard is None else guard.check,
         )
-        deadline = datetime.now(UTC) + timedelta(seconds=spec.tool.timeout_s)
+        stop_at = sandbox.stop_at(spec.tool.timeout_s, guard)
         watch = Watch(stdout)
         # An attach to a container that has stopped waits for it to start again: the
         # engine's wait, beside it, tells when the container is gone from under it.
@@ -183,15 +196,18 @@ class WarmRuns:
             try:
                 watching = {attachment.done, stopped.done}
                 ended, _ = await asyncio.wait(
-                    watching, timeout=left(deadline), return_when=asyncio.FIRST_COMPLETED
+                    watching, timeout=left(stop_at), return_when=asyncio.FIRST_COMPLETED
                 )
                 if not ended:
                     watch.timed_out = True
                 elif attachment.done not in ended:  # stopped: its streams end with it
                     await asyncio.wait({attachment.done}, timeout=_STREAMS_END_S)
                 if attachment.done.done() and attachment.done.exception() is not None:
+                    missed = attachment.done.exception()
+                    if isinstance(missed, StartMissed):
+                        raise missed  # the job was never written: nothing ran
                     # the attach broke: the engine tells the end
-                    watch.notes.append(f"attach failed: {attachment.done.exception()!r}")
+                    watch.notes.append(f"attach failed: {missed!r}")
             finally:
                 attachment.cancel(by_caller=True)
                 stopped.cancel()
@@ -207,7 +223,7 @@ class WarmRuns:
         stdout.close()
         bound_at = attachment.stderr.bound_at
         return await self._ended_by_engine(
-            spec, container_id, watch, deadline, log, bound_at=bound_at, reconnected=reconnected
+            spec, container_id, watch, stop_at, log, bound_at=bound_at, reconnected=reconnected
         )
 
     async def _outcome(
@@ -252,7 +268,7 @@ class WarmRuns:
         spec: RunSpec,
         container_id: str,
         watch: Watch,
-        deadline: datetime,
+        stop_at: float,
         log: Capture | None,
         *,
         bound_at: datetime | None,
@@ -269,7 +285,7 @@ class WarmRuns:
                     await sandbox._call(sandbox._api.stop, container_id, timeout=watcher.grace())
             await watcher.stopped(container_id)
         else:  # the streams ended early, or the attach broke: watched as a cold one is
-            ended = await watcher.watch(spec, container_id, deadline, log)
+            ended = await watcher.watch(spec, container_id, stop_at, log)
             ended.notes[:0] = watch.notes
             watch = ended
         return await watcher.outcome(
@@ -277,12 +293,16 @@ class WarmRuns:
         )
 
     async def rejoin(
-        self, spec: RunSpec, container: dict[str, Any], log: Capture | None
+        self,
+        spec: RunSpec,
+        container: dict[str, Any],
+        log: Capture | None,
+        guard: StartGuard | None = None,
     ) -> RunOutcome:
         """Reconnect to a warm container bound to this run by an executor that died.
-        Its stderr's bound mark says the job arrived (the timeout counts from then). A
-        running one without it waits for a job nobody will write: it is stopped, and
-        if the mark is still missing once it has, the tool never started."""
+        Its stderr's bound mark says the job arrived (the timeout counts from then, on
+        the engine's clock). A running one without it waits for a job nobody wrote: it
+        gets it now, under this executor's claim (proved first)."""
         watcher = self._sandbox.watcher
         container_id = container["Id"]
         if container["State"].get("Running"):
@@ -294,9 +314,14 @@ class WarmRuns:
                 # written to a closed stdin reaches nobody: the tool runs once either way.
                 name = container["Name"].lstrip("/")
                 arguments = hardening.arguments(spec)
-                return await self.run(spec, name, container_id, arguments, log, reconnected=True)
-            deadline = head.bound_at + timedelta(seconds=spec.tool.timeout_s)
-            watch = await watcher.watch(spec, container_id, deadline, log)
+                if guard is not None:
+                    await guard.prove()
+                return await self.run(
+                    spec, name, container_id, arguments, log, reconnected=True, guard=guard
+                )
+            ran = await self._sandbox.ran_for(head.bound_at)
+            stop_at = self._sandbox.stop_at(spec.tool.timeout_s - ran, guard)
+            watch = await watcher.watch(spec, container_id, stop_at, log)
             return await watcher.outcome(spec, container_id, watch, reconnected=True, warm=True)
         return await watcher.outcome(spec, container_id, None, reconnected=True, warm=True)
 

@@ -1,10 +1,11 @@
 """Watching a run's container to its end, and collecting what it left.
 
 A live run is waited for with the engine's own wait (``engine_streams.Waiter``) while
-its stdout is followed and counted (``engine_streams.Follower``) and the wall clock
-runs: past ``Limits.output_bytes`` the container is killed (``output_limit``), past its
-deadline it is stopped — SIGTERM, SIGKILL after the grace (``timeout``). Once it has
-stopped, its final state and both logs are read at once, and the ``RunOutcome`` is
+its stdout is followed and counted (``engine_streams.Follower``) and this process's
+monotonic clock runs: past ``Limits.output_bytes`` the container is killed
+(``output_limit``), past its time (the tool's timeout from its start, and never past its
+executor's claim) it is stopped — SIGTERM, SIGKILL after the grace (``timeout``). Once
+it has stopped, its final state and both logs are read at once, and the ``RunOutcome`` is
 judged on them: never on what a live follow happened to see before it ended.
 """
 
@@ -56,12 +57,12 @@ class Watcher:
     # -- watching --------------------------------------------------------------------------
 
     async def watch(
-        self, spec: RunSpec, container_id: str, deadline: datetime, log: Capture | None = None
+        self, spec: RunSpec, container_id: str, stop_at: float, log: Capture | None = None
     ) -> Watch:
         """Wait for a running container's end with the engine's own wait, enforcing the
-        output cap (its stdout is followed and counted meanwhile) and the wall-clock
-        ``deadline``; its stderr goes to ``log``. The follow is never waited for: the
-        outcome reads the stopped container's log once."""
+        output cap (its stdout is followed and counted meanwhile) and ``stop_at`` (this
+        process's monotonic clock); its stderr goes to ``log``. The follow is never
+        waited for: the outcome reads the stopped container's log once."""
         sandbox = self._sandbox
         watch = Watch(Capture(spec.tool.limits.output_bytes, 0, spool=False))
         exit_ = Waiter(sandbox._client(pool=1), container_id)
@@ -74,7 +75,7 @@ class Watcher:
             watching: set[asyncio.Future[None]] = {exit_.done, follower.done}
             while not exit_.done.done():
                 ended, _ = await asyncio.wait(
-                    watching, timeout=left(deadline), return_when=asyncio.FIRST_COMPLETED
+                    watching, timeout=left(stop_at), return_when=asyncio.FIRST_COMPLETED
                 )
                 if not ended:
                     watch.timed_out = True

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import docker  # type: ignore[import-untyped]
 import pytest
@@ -257,9 +258,11 @@ async def test_two_hands_of_one_deployment_never_start_one_operation_twice(
     await assert_eventually(lambda: _running(sandbox, op), within=30)
 
     class SameEngine(DockerSandbox):
-        async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+        async def run(
+            self, spec: RunSpec, *, log: Capture | None = None, guard: Any = None
+        ) -> RunOutcome:
             await first  # the first Hands finishes before this one looks again
-            return await super().run(spec, log=log)
+            return await super().run(spec, log=log, guard=guard)
 
     async with SameEngine(sandbox.config) as other:
         by_second = await executor(store, other, [], "hands-b").handle(d)

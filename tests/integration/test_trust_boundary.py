@@ -167,9 +167,11 @@ class Outage(ProcessSandbox):
         self._away()
         return await super().state(operation_id, mode)
 
-    async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+    async def run(
+        self, spec: RunSpec, *, log: Capture | None = None, guard: Any = None
+    ) -> RunOutcome:
         self._away()
-        return await super().run(spec, log=log)
+        return await super().run(spec, log=log, guard=guard)
 
 
 async def test_an_engine_outage_longer_than_any_delivery_budget_only_delays_the_run(

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -153,7 +154,7 @@ async def test_a_new_executor_reconnects_to_a_run_whose_executor_died(hands: Han
     assert record is not None
     definition = await hands.store.tools.get("safe", 1)
     assert definition is not None
-    claimed = await hands.executor("dead")._claim(record, definition, new_attempt=True)
+    claimed = (await hands.executor("dead")._claim(record, definition, new_attempt=True)).record
     spec = RunSpec(operation_id="op-1", session_id="s1", tool=definition, args=first.args)
     hands.sandbox._start(spec, hands.sandbox.root / "bh-op-1")  # started, never collected
     result = await hands.executor("b").handle(first)
@@ -244,13 +245,13 @@ async def test_a_run_removed_while_an_executor_reconnects_is_cancelled_not_an_er
     d = dispatch("queryable")
     spec = await _started_without_a_pid(hands, d)
     where = hands.sandbox.root / "bh-op-1"
-    real = process_sandbox._started
+    real = process_sandbox._begun
 
     def removed_first(path: Path) -> object:
         shutil.rmtree(path)
         return real(path)
 
-    monkeypatch.setattr(process_sandbox, "_started", removed_first)
+    monkeypatch.setattr(process_sandbox, "_begun", removed_first)
     outcome = await hands.sandbox.run(spec)
     assert outcome.termination is Termination.CANCELLED and not where.exists(), outcome
 
@@ -291,7 +292,7 @@ async def _attempted_without_a_container(hands: Hands, d: Dispatch) -> Operation
     record = await dead._record(d)
     definition = await hands.store.tools.get(d.tool, 1)
     assert definition is not None
-    return await dead._claim(record, definition, new_attempt=True)
+    return (await dead._claim(record, definition, new_attempt=True)).record
 
 
 async def test_a_claim_without_a_container_is_waited_for_until_its_deadline(
@@ -302,7 +303,7 @@ async def test_a_claim_without_a_container_is_waited_for_until_its_deadline(
     record = await hands.executor("other")._record(dispatch("unsafe"))
     definition = await hands.store.tools.get("unsafe", 1)
     assert definition is not None
-    claimed = await hands.executor("other")._claim(record, definition, new_attempt=True)
+    claimed = (await hands.executor("other")._claim(record, definition, new_attempt=True)).record
     with pytest.raises(Busy) as busy:
         await hands.executor().handle(dispatch("unsafe"))
     assert claimed.deadline is not None
@@ -346,7 +347,7 @@ async def test_a_query_that_finds_nothing_before_the_attempts_deadline_runs_noth
     record = await mine._record(dispatch("queryable"))
     definition = await hands.store.tools.get("queryable", 1)
     assert definition is not None
-    claimed = await mine._claim(record, definition, new_attempt=True)
+    claimed = (await mine._claim(record, definition, new_attempt=True)).record
     with pytest.raises(Busy) as busy:
         await hands.executor().handle(dispatch("queryable"))
     assert claimed.deadline is not None
@@ -547,9 +548,11 @@ async def test_a_run_another_executor_collected_meanwhile_is_not_started_again(
     class SameEngine(ProcessSandbox):
         """The second Hands' view of the same runs; the first finishes before it looks."""
 
-        async def run(self, spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+        async def run(
+            self, spec: RunSpec, *, log: Capture | None = None, guard: Any = None
+        ) -> RunOutcome:
             await first
-            return await super().run(spec, log=log)
+            return await super().run(spec, log=log, guard=guard)
 
     second = hands.executor("b")
     second.sandbox = SameEngine(hands.sandbox.root)
@@ -600,3 +603,85 @@ async def test_a_run_removed_without_a_recorded_cancel_is_an_unknown_outcome(
     result = await asyncio.wait_for(running, 20)
     assert result is not None
     assert (result.succeeded, result.path) == (True, "replayed"), result.error
+
+
+async def test_a_hands_stalled_between_its_claim_and_the_start_starts_nothing_once_taken_over(
+    hands: Hands,
+) -> None:
+    """Issue 31, defect 1: a Hands paused between its claim and its container's start
+    (SIGSTOP, a starved engine) for longer than its claim lasts. Another Hands verified
+    the operation as not done and ran it meanwhile; the first one, resumed, must not
+    start it again (it did: "unsafe tool ran 2 time(s) for one operation")."""
+    stalled, resume = asyncio.Event(), asyncio.Event()
+
+    async def pause(point: str) -> None:
+        if point == "start:read":
+            stalled.set()
+            await resume.wait()
+
+    first = CommittingExecutor(
+        store=hands.store, sandbox=hands.sandbox, publish=_nowhere, executor_id="a", pause=pause
+    )
+    d = dispatch("queryable")
+    running = asyncio.create_task(first.handle(d))
+    await asyncio.wait_for(stalled.wait(), 10)
+    claimed = await hands.store.get_operation("op-1")
+    assert claimed is not None and claimed.deadline is not None
+    other = hands.executor("b")
+    past = claimed.deadline + LifecycleSettings().takeover_margin + timedelta(seconds=1)
+    other.clock = lambda: past
+    by_other = await other.handle(d)
+    assert by_other is not None and by_other.succeeded and hands.runs() == ["op-1"]
+    resume.set()
+    outcome = await asyncio.gather(running, return_exceptions=True)
+    assert hands.runs() == ["op-1"], f"started again after the takeover ({outcome})"
+    assert isinstance(outcome[0], Busy) and "superseded" in outcome[0].message
+
+
+async def test_a_claim_whose_time_to_start_passed_is_renewed_before_its_run_starts(
+    hands: Hands,
+) -> None:
+    """A stall between the claim and the start that nobody took advantage of: the claim
+    is renewed (a new revision, a new deadline) and the run starts under it, once."""
+    offset = [0.0]
+
+    async def pause(point: str) -> None:
+        if point == "start:read":
+            offset[0] += 60  # a minute passes on this host's monotonic clock
+
+    executor = CommittingExecutor(
+        store=hands.store,
+        sandbox=hands.sandbox,
+        publish=_nowhere,
+        executor_id="a",
+        pause=pause,
+        monotonic=lambda: time.monotonic() + offset[0],
+    )
+    result = await executor.handle(dispatch("unsafe"))
+    assert result is not None and result.succeeded and hands.runs() == ["op-1"]
+    record = await hands.store.get_operation("op-1")
+    # accepted, claimed, renewed, succeeded
+    assert record is not None and record.rev == 4 and record.attempts == 1, record
+
+
+async def test_verify_waits_while_another_executors_attempt_may_be_in_flight(
+    hands: Hands,
+) -> None:
+    """Issue 31 (a suspicion, confirmed): ``POST /v1/operations/{id}/verify`` on an
+    operation another Hands is running ran the query at once — its "not found" could
+    only be wrong (the attempt may land later), and a query timeout parked the running
+    operation ``uncertain``. Verify asks only where the lifecycle would ask."""
+    other = hands.executor("other")
+    record = await other._record(dispatch("queryable"))
+    definition = await hands.store.tools.get("queryable", 1)
+    assert definition is not None
+    claimed = (await other._claim(record, definition, new_attempt=True)).record
+    with pytest.raises(Busy) as busy:
+        await hands.executor("api").verify("op-1")
+    assert claimed.deadline is not None
+    assert busy.value.until == claimed.deadline + LifecycleSettings().takeover_margin
+    assert await hands.store.get_operation("op-1") == claimed  # nothing written or parked
+
+
+async def _nowhere(_: ResultEvent) -> None:
+    return None

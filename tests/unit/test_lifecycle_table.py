@@ -109,6 +109,8 @@ class Brain:
             assert record is not None and record.status is OperationStatus.UNCERTAIN
             return Step.PARK
         except ToolFailed as failed:
+            if failed.details.get("attempts"):
+                return Step.FAIL
             assert "cancel" in failed.message
             return Step.CANCELLED
         return {
@@ -181,6 +183,8 @@ class Hands:
             return Step.REUSE
         if result.termination == "cancelled":
             return Step.CANCELLED
+        if result.error is not None and result.error.code == "attempts_exhausted":
+            return Step.FAIL
         return {"executed": Step.START, "replayed": Step.REPLAY, "verified": Step.VERIFY}[
             result.path or ""
         ]
@@ -241,6 +245,12 @@ async def exhausted(store: SessionStore, op: str, tool: str) -> None:
     await _record(store, op, tool, **attempt(attempts=3))
 
 
+async def exhausted_and_happened(store: SessionStore, op: str, tool: str, ledger: Path) -> None:
+    await _record(store, op, tool, **attempt(attempts=3))
+    with ledger.open("a") as lines:
+        lines.write(op + "\n")
+
+
 async def uncertain(store: SessionStore, op: str, tool: str) -> None:
     await _record(store, op, tool, status=OperationStatus.UNCERTAIN, attempts=1)
 
@@ -263,6 +273,16 @@ ROWS: list[tuple[str, str, Any, Step, int]] = [
     ("attempt over, unsafe with a query: not found", "queryable", over, Step.START, 1),
     ("attempt over, unsafe without a query", "unsafe", over, Step.PARK, 0),
     ("attempts exhausted", "safe", exhausted, Step.PARK, 0),
+    # issue 31, defect 14: a query is asked before an operator is: found, its result;
+    # not found (after the attempt's deadline), it did not happen and no start is left
+    (
+        "attempts exhausted, with a query: found",
+        "queryable",
+        exhausted_and_happened,
+        Step.VERIFY,
+        0,
+    ),
+    ("attempts exhausted, with a query: not found", "queryable", exhausted, Step.FAIL, 0),
     ("uncertain", "safe", uncertain, Step.PARK, 0),
     ("cancelled before it ran", "unsafe", cancelled, Step.CANCELLED, 0),
     ("cancelled after an attempt", "safe", cancelled_after_attempt, Step.PARK, 0),
@@ -291,7 +311,7 @@ async def test_each_row_the_same_for_both_executors(
         meeting = Hands(store, ledger, tmp_path / "runs")
         await meeting.register()
     op = meeting.op("k")
-    if setup is over_and_happened:
+    if setup in (over_and_happened, exhausted_and_happened):
         await setup(store, op, tool, ledger)
     else:
         await setup(store, op, tool)

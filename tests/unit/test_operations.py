@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -15,9 +16,11 @@ import pytest
 from brain.agent import agent_kinds
 from brain.context import PhaseContext
 from brain.embedded import run_until_idle
+from brain.operations import OperationInFlight, Operations
 from brain.outcome import Done, Retry
 from brain.registry import Registry
-from brain.tools import QueryAnswer, ToolSpec
+from brain.services import Services
+from brain.tools import LocalDispatcher, QueryAnswer, ToolSpec
 from contracts import (
     BrainhandsError,
     Entry,
@@ -28,9 +31,12 @@ from contracts import (
     Outcome,
     OutcomeUnknown,
     ReplayPolicy,
+    Task,
     TaskStatus,
 )
 from lifecycle.decision import LifecycleSettings
+from runtime.crashpoints import CrashPoints
+from session_store import open_store
 from tests.support.kernel import Kernel, cancel_during_call, kernel, kind, mail_kind
 
 ECHO = ToolSpec(name="echo", replay=ReplayPolicy.SAFE)
@@ -305,3 +311,54 @@ async def test_a_phase_whose_own_query_gets_no_answer_is_retried_not_failed(
         task = await k.task("root.r1")
         assert task.outcome is Outcome.SUCCEEDED, task.error
         assert task.result is True and len(queries) == 2
+
+
+async def test_an_abandoned_call_is_not_sent_again_while_its_request_may_still_land(
+    tmp_path: Path,
+) -> None:
+    """Issue 31, defect 2: the Brain abandoned an unsafe in-process call at its timeout,
+    asked the query at once — the service had the request but had not recorded it yet
+    (it answers 0.3 s late) — and sent attempt 2: "the service received 2 sends for one
+    operation". A query's "not found" counts only once the attempt's deadline plus the
+    takeover margin has passed, for the Brain exactly as for the Hands."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    received: list[str] = []
+    recorded: set[str] = set()
+    landed = asyncio.Event()
+    background: set[asyncio.Task[None]] = set()
+
+    async def send(args: dict[str, Any], operation_id: str) -> Any:
+        received.append(operation_id)
+
+        async def record() -> None:  # the service goes on after the caller gave up
+            await asyncio.sleep(0.3)
+            recorded.add(operation_id)
+            landed.set()
+
+        background.add(asyncio.create_task(record()))
+        await asyncio.Event().wait()  # no answer before the caller's timeout
+
+    async def query(args: dict[str, Any], operation_id: str) -> QueryAnswer:
+        found = operation_id in recorded
+        return QueryAnswer(found=found, output={"sent": operation_id} if found else None)
+
+    tools = LocalDispatcher()
+    tools.register(ToolSpec(name="send", timeout=timedelta(seconds=0.2)), send, query)
+    services = Services(
+        store=store, tools=tools, crash=CrashPoints(), clock=store.clock.now, runner_id="brain-a"
+    )
+    task = Task(id="t1", kind="k", version=1)
+    try:
+        with pytest.raises(BrainhandsError) as first:
+            await Operations(services, "s1", task).perform("send", {"to": "ada"}, "k")
+        assert len(received) == 1, "sent again while the first request could still land"
+        assert isinstance(first.value, OperationInFlight), first.value
+        await asyncio.wait_for(landed.wait(), 5)
+        until = first.value.until
+        later = dataclasses.replace(services, clock=lambda: until + timedelta(seconds=1))
+        performed = await Operations(later, "s1", task).perform("send", {"to": "ada"}, "k")
+        assert performed.path == "verified" and performed.output == {"sent": received[0]}
+        assert len(received) == 1
+    finally:
+        await asyncio.gather(*background)
+        await store.close()

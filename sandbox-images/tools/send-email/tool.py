@@ -2,9 +2,12 @@
 the example email service, or (``BH_MODE=query``) ask whether an operation was sent.
 
 ``POST {EMAIL_SERVICE_URL}/messages`` with ``operation_id``/``to``/``subject``/``body``
-(the operation id is the service's idempotency key); ``GET /messages/{operation_id}``
-is the query (404: never sent). ``EMAIL_SERVICE_URL`` (and optionally ``EMAIL_TIMEOUT``,
-seconds, default 2) are non-secret config given at registration. No ``Authorization``
+(the operation id is the service's idempotency key) and the attempt's fence
+(``Brainhands-Operation-Id`` and ``Brainhands-Attempt-Deadline``, from
+``BH_ATTEMPT_DEADLINE``: the service refuses a send that arrives after it);
+``GET /messages/{operation_id}`` is the query (404: never sent). ``EMAIL_SERVICE_URL``
+(and optionally ``EMAIL_TIMEOUT``, seconds, default 2) are non-secret config given at
+registration. No ``Authorization``
 header is ever sent: the egress proxy adds the credentials for the granted destination.
 
 Exit status: 0 with the service's receipt (run) or ``{"found", "output"}`` (query);
@@ -58,7 +61,11 @@ class EmailService:
 
     def send(self, to: str, subject: str, body: str) -> dict[str, str]:
         payload = {"operation_id": self.operation_id, "to": to, "subject": subject, "body": body}
-        status, content = self._call("POST", "/messages", payload, what="send")
+        fence = {"Brainhands-Operation-Id": self.operation_id}
+        deadline = os.environ.get("BH_ATTEMPT_DEADLINE")
+        if deadline:
+            fence["Brainhands-Attempt-Deadline"] = deadline
+        status, content = self._call("POST", "/messages", payload, what="send", fence=fence)
         if status >= 500:
             raise self._unknown(f"service error {status} on the send")
         if status not in (200, 202):
@@ -82,13 +89,25 @@ class EmailService:
             raise Refused(f"email service answered {path} with an unreadable body", status)
         return {"found": True, "output": receipt}
 
-    def _call(self, method: str, path: str, payload: Any, *, what: str) -> tuple[int, bytes]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: Any,
+        *,
+        what: str,
+        fence: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(
             self.base_url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                **(fence or {}),
+            },
         )
         print(f"send_email: {method} {self.base_url}{path}", file=sys.stderr, flush=True)
         try:
