@@ -7,9 +7,9 @@ again answers 200 with the record; an image rebuilt from the same recipe is a ne
 revision (201); another image — or other grants for the same image — under a
 registered version is refused (409 ``already_exists``). The image's ``network`` label
 grants nothing: what it names and the definition does not allow is answered in the
-``Brainhands-Ungranted-Network`` header. A grant change is a revision
-with who (the token, and ``by``) and why; two made at once: one is 409 ``conflict``.
-Registering and changing grants need an admin token of the whole deployment.
+``Brainhands-Ungranted-Network`` header. A grant change is a revision with who (the
+token, and ``by``) and why; two made at once: one is 409 ``conflict``. Registering and
+changing grants need an admin token of the whole deployment.
 """
 
 from __future__ import annotations
