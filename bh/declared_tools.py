@@ -9,13 +9,14 @@ The file is TOML (or JSON, by its ``.json`` suffix), one entry per image::
     config = { LEDGER_URL = "http://ledger.internal:8030" }   # non-secret settings
 
 Applying an entry is idempotent and converges on the file: the image's labels say which
-``name@version`` it is; an unregistered version is registered; the same image again
-changes nothing; an image rebuilt from the same recipe is a revision (the catalog
-decides, ``session_store.catalog``); a grant other than the declared one is changed to
-it, recorded as a revision by ``bh init`` with the file as the reason (so a grant given
-by hand with ``bh tools grant`` is reverted by the next init: change the file instead).
-Config is part of a version: a declared config other than the one on record is refused
-before anything is written (``hands.api.registration``, which registering goes through).
+``name@version`` it is; an unregistered version is registered with exactly the declared
+``allow`` (none: no network, whatever the image's ``network`` label names — that is
+shown, never granted); the same image again changes nothing; an image rebuilt from the
+same recipe is a revision (the catalog decides, ``session_store.catalog``); a grant
+other than the declared one is changed to it first, recorded as a revision by ``bh
+init`` with the file as the reason (so a grant given by hand with ``bh tools grant`` is
+reverted by the next init: change the file instead). Config is part of a version: a
+declared config other than the one on record is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ from pathlib import Path
 
 from pydantic import Field
 
-from contracts import AlreadyExists, InvalidInput
+from contracts import InvalidInput
 from contracts.model import Frozen
 from contracts.tool import NetworkPolicy, ToolDefinition
-from hands.api.registration import register_request
+from hands.api.registration import (
+    differing,
+    other_grants,
+    read_request,
+    record_request,
+    ungranted_notice,
+)
 from hands.api.views import RegisterRequest, checked
 from hands.labels import ToolCaps
 from hands.sandbox import Sandbox
@@ -50,13 +57,18 @@ class Applied:
 
     change: str
     tool: ToolDefinition
+    #: what the image's ``network`` label names that the tool is not granted
+    ungranted: tuple[str, ...] = ()
 
     def line(self) -> str:
         allowed = ", ".join(self.tool.network.allow) or "no network"
-        return (
+        line = (
             f"tool {self.tool.ref}: {self.change} (revision {self.tool.revision}, "
             f"{self.tool.image}, allows {allowed})"
         )
+        if self.ungranted:
+            line += f"; {ungranted_notice(self.tool, self.ungranted)}"
+        return line
 
 
 def read_declared(path: Path) -> list[RegisterRequest]:
@@ -88,21 +100,22 @@ async def apply_declared(
     reason: str,
     caps: ToolCaps | None = None,
 ) -> Applied:
-    """Bring the catalog to ``entry`` (see the module's docstring)."""
+    """Bring the catalog to ``entry`` (see the module's docstring): a registered
+    version's grant is changed before its image is registered again, so registering
+    never widens what is granted, not even for a moment."""
+    reading = await read_request(sandbox, entry, caps=caps)
+    offered = reading.definition
+    current = await store.tools.get(offered.name, offered.version)
     changes = []
-    try:
-        stored, created = await register_request(store, sandbox, entry, caps=caps)
-    except AlreadyExists as error:
-        if error.details.get("differs") != ["allow"]:
-            raise  # another config: a new version, not a change of this one
-        changes.append(await _grant(store, str(error.details["tool"]), entry, reason))
-        stored, created = await register_request(store, sandbox, entry, caps=caps)
-    if stored.network.allow != tuple(entry.allow):  # declaring none revokes them too
-        changes.append(await _grant(store, stored.ref, entry, reason))
-        stored = await store.tools.get(stored.name, stored.version) or stored
-    if created:
-        changes.append("registered" if stored.revision == 1 else "rebuilt")
-    return Applied(", ".join(changes) or "unchanged", stored)
+    if current is not None:
+        if "config" in differing(current, entry):
+            raise other_grants(current, ["config"])  # a new version, not a change of this one
+        if current.network.allow != tuple(entry.allow):  # declaring none revokes them too
+            changes.append(await _grant(store, current.ref, entry, reason))
+    registered = await record_request(store, reading, entry)
+    if registered.created:
+        changes.append("registered" if registered.tool.revision == 1 else "rebuilt")
+    return Applied(", ".join(changes) or "unchanged", registered.tool, registered.ungranted)
 
 
 async def _grant(store: SessionStore, ref: str, entry: RegisterRequest, reason: str) -> str:

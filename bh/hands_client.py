@@ -19,8 +19,8 @@ from contracts import (
     SettleRequest,
 )
 from contracts.model import Frozen
-from contracts.tool import ToolDefinition, ToolRevision
-from hands.api.registration import request_of
+from contracts.tool import Destination, ToolDefinition, ToolRevision
+from hands.api.registration import UNGRANTED_HEADER, request_of
 from hands.api.views import (
     CancelRequest,
     GrantRequest,
@@ -38,10 +38,12 @@ _M = TypeVar("_M", bound=Frozen)
 class Registration(Frozen):
     """A registered tool, and whether this request changed the catalog (registered it,
     or recorded a revision for an image rebuilt from the same recipe); else it already
-    was, identically."""
+    was, identically. ``ungranted``: what the image's ``network`` label names that the
+    tool is not granted (shown, never granted)."""
 
     tool: ToolDefinition
     created: bool
+    ungranted: tuple[Destination, ...] = ()
 
 
 class HandsClient(ApiClient):
@@ -107,7 +109,9 @@ class HandsClient(ApiClient):
         request = request_of(image, allow=allow, config=config, registered_by=registered_by)
         response = await self._request("POST", "/v1/tools", json=request.model_dump())
         tool = self._parse(ToolDefinition, response)
-        return Registration(tool=tool, created=response.status_code == 201)
+        named = response.headers.get(UNGRANTED_HEADER, "")
+        ungranted = tuple(part.strip() for part in named.split(",") if part.strip())
+        return Registration(tool=tool, created=response.status_code == 201, ungranted=ungranted)
 
     async def grant_tool(
         self,

@@ -22,7 +22,7 @@ from bh.hands_client import HandsClient, Registration
 from bh.ops_commands import ApiToken, ApiUrl, Json, console
 from contracts import InvalidInput, NotFound
 from contracts.tool import ToolDefinition, ToolRevision
-from hands.api.registration import register_request, request_of
+from hands.api.registration import register_request, request_of, ungranted_notice
 from hands.api.views import GrantRequest, ToolHistory, ToolList, checked
 from hands.app import make_sandbox
 from hands.settings import HandsSettings
@@ -59,7 +59,9 @@ def register(
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
-    """Register IMAGE by the labels it declares (same image again: nothing changes)."""
+    """Register IMAGE by the labels it declares (same image again: nothing changes),
+    granted only the --allow destinations: none means no network, whatever the image's
+    network label names (shown, with how to grant it)."""
     settings = parse_config(config or [])
     if api_url:
         registration = run(_register_via_api(api_url, token, image, allow or [], settings))
@@ -75,7 +77,12 @@ def register(
         what = f"rebuilt from the same recipe: revision {tool.revision} runs the new image"
     else:
         what = "registered"
-    console.print(f"{tool.ref} {what}: {tool.image} ({tool.image_id})", soft_wrap=True)
+    allowed = ", ".join(tool.network.allow) or "no network"
+    console.print(
+        f"{tool.ref} {what}: {tool.image} ({tool.image_id}), allows {allowed}", soft_wrap=True
+    )
+    if registration.ungranted:
+        console.print(ungranted_notice(tool, registration.ungranted), soft_wrap=True)
 
 
 @app.command(name="list")
@@ -232,8 +239,10 @@ async def _register_directly(
         store = await open_store(settings.store_url)
         resources.push_async_callback(store.close)
         sandbox = await make_sandbox(settings, store, resources)
-        tool, created = await register_request(store, sandbox, request, caps=settings.caps)
-        return Registration(tool=tool, created=created)
+        registered = await register_request(store, sandbox, request, caps=settings.caps)
+        return Registration(
+            tool=registered.tool, created=registered.created, ungranted=registered.ungranted
+        )
 
 
 @dataclass(frozen=True)

@@ -74,33 +74,15 @@ async def _docker_sandbox(
 ) -> Sandbox:
     """Hardened containers; egress-allowed tools reach only the allowlist proxy."""
     from hands.egress.gateway import EgressGateway
+    from hands.egress.policy import GrantPolicy
     from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 
     docker_url = settings.docker_url or "unix:///var/run/docker.sock"
 
-    granted: dict[str, tuple[str, ...]] = {}
-
-    async def policy(operation_id: str) -> tuple[str, ...]:
-        """The destinations an operation's tool was granted at registration: a tool
-        version never changes, so a grant once read is kept (the last 4,096), and a tool
-        making many requests reads the store once, not twice per request."""
-        if (known := granted.get(operation_id)) is not None:
-            return known
-        record = await store.get_operation(operation_id)
-        if record is None:
-            return ()
-        definition = await store.tools.get(record.tool, record.tool_version)
-        if definition is None:
-            return ()
-        if len(granted) >= 4096:
-            del granted[next(iter(granted))]
-        granted[operation_id] = definition.network.allow
-        return definition.network.allow
-
     gateway = EgressGateway(
         docker_url=docker_url,
         secret=settings.proxy_secret(),
-        policy=policy,
+        policy=GrantPolicy(store),
         credentials=settings.credentials,
         network=settings.egress_network,
     )

@@ -2,7 +2,9 @@
 
 Every problem is refused with the label it concerns, what was found and what is
 allowed. The operator, not the image, grants network destinations and non-secret
-config at registration; the image's ``network`` label only says what it was built for.
+config at registration: the image's ``network`` label only says what it was built for
+(``declared_network``, shown to the operator, never granted; a malformed one is still
+refused), and without ``allow`` a tool has no network at all.
 The operator also bounds what an image may declare (``ToolCaps``): a limit past its
 cap, or an arguments schema whose patterns can backtrack without bound (a repetition
 inside a repetition, e.g. ``^(a+)+$``: validating one argument could hold the event
@@ -53,8 +55,9 @@ def definition_from_labels(
     registered_by: str = "",
     caps: ToolCaps | None = None,
 ) -> ToolDefinition:
-    """The definition an image declares; ``allow`` replaces its network policy; a limit
-    past ``caps`` (default: ``ToolCaps()``) is refused."""
+    """The definition an image declares, granted exactly the destinations in ``allow``
+    (none: no network, whatever the image's ``network`` label names); a limit past
+    ``caps`` (default: ``ToolCaps()``) is refused."""
     try:
         allowed = NetworkPolicy(allow=tuple(allow))
     except ValidationError:
@@ -63,7 +66,7 @@ def definition_from_labels(
         ) from None
     label = _Labels(labels)
     parameters = label.parse("schema", _schema)
-    declared = label.optional("network", _network) or NetworkPolicy()
+    declared_network(labels)  # a malformed label is refused even though it grants nothing
     defaults = Limits()
     limits = {
         "cpus": label.optional("cpus", float) or defaults.cpus,
@@ -80,7 +83,7 @@ def definition_from_labels(
         "replay": label.parse("replay", ReplayPolicy),
         "timeout_s": label.parse("timeout", float),
         "limits": limits,
-        "network": allowed if allow else declared,
+        "network": allowed,
         "command": label.optional("command", _argv),
         "query": label.optional("query", _argv),
         "approval": label.optional("approval", _approval),
@@ -99,6 +102,12 @@ def definition_from_labels(
         raise InvalidInput(
             f"image {image}: label {name} is invalid: {first['msg']}", label=name
         ) from None
+
+
+def declared_network(labels: Mapping[str, str]) -> NetworkPolicy:
+    """What the image's ``network`` label names (absent or ``none``: nothing): what it
+    was built to reach, for showing the operator — a grant only through ``allow``."""
+    return _Labels(labels).optional("network", _network) or NetworkPolicy()
 
 
 def _within(image: str, declared: Mapping[str, float], caps: ToolCaps) -> None:
@@ -265,7 +274,16 @@ def _size(text: str) -> int:
 def _network(text: str) -> NetworkPolicy:
     if text == "none":
         return NetworkPolicy()
-    return NetworkPolicy(allow=tuple(part.strip() for part in text.split(",") if part.strip()))
+    parts = tuple(part.strip() for part in text.split(",") if part.strip())
+    try:
+        return NetworkPolicy(allow=parts)
+    except ValidationError as error:
+        where = error.errors()[0]["loc"][-1]
+        bad = parts[where] if isinstance(where, int) else text
+        raise ValueError(
+            f"{bad!r} is not host:port (e.g. mail.internal:8025, no wildcard); the label is "
+            "`none` or host:port,…"
+        ) from None
 
 
 def _argv(text: str) -> tuple[str, ...]:

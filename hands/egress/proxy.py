@@ -36,7 +36,9 @@ from runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-#: The destinations (``host:port``) an operation may reach.
+#: The destinations (``host:port``) an operation may reach now: asked on every request, so
+#: a grant the operator changes applies to a running operation's next request
+#: (``hands.egress.policy.GrantPolicy`` reads it from the store, at most seconds old).
 PolicyResolver = Callable[[str], Awaitable[Collection[str]]]
 #: Per destination, headers the proxy adds to plain-http requests.
 Credentials = Mapping[str, Mapping[str, SecretStr]]

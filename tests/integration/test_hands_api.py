@@ -31,6 +31,7 @@ from contracts import AlreadyExists, NotFound, Operation, OperationStatus, Repla
 from contracts.errors import Unauthorized
 from contracts.tool import LABEL_PREFIX, RECIPE_LABEL, Cancellation, Dispatch, ResultEvent
 from hands.api.app import create_app
+from hands.api.registration import UNGRANTED_HEADER
 from hands.executor import Executor
 from hands.labels import ToolCaps
 from hands.metrics import HandsMetrics
@@ -49,6 +50,7 @@ pytestmark = pytest.mark.sqlite
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RECIPE = "sha256:" + "e" * 64
+MAIL = "mail.internal:8025"
 
 # Reports whether the ledger holds the operation id (the tool's query entry point).
 QUERY = """
@@ -84,6 +86,8 @@ class LabelledSandbox(ProcessSandbox):
         "test/built:1": ("sha256:" + "4" * 64, labels(name="built", recipe=RECIPE)),
         "test/built:rebuilt": ("sha256:" + "5" * 64, labels(name="built", recipe=RECIPE)),
         "test/built:changed": ("sha256:" + "6" * 64, labels(name="built", recipe="sha256:f")),
+        # an image that names its own destinations: shown to the operator, never granted
+        "test/mailer:1": ("sha256:" + "7" * 64, labels(name="mailer", network=MAIL)),
     }
 
     async def image_id(self, image: str) -> str:
@@ -385,6 +389,25 @@ async def test_tools_are_registered_once_listed_and_inspected(api: Api) -> None:
     inspected = (await api.http.get("/v1/tools/lookup?version=1")).json()
     assert inspected["query"] == [sys.executable, "-c", QUERY]
     assert (await api.http.get("/v1/tools/greet")).json() == created.json()
+
+
+async def test_an_images_network_label_is_shown_never_granted(api: Api) -> None:
+    created = await api.http.post("/v1/tools", json={"image": "test/mailer:1"})
+    assert created.status_code == 201, created.text
+    assert created.json()["network"]["allow"] == []
+    assert created.headers[UNGRANTED_HEADER] == MAIL
+    tool = await api.store.tools.get("mailer", 1)
+    assert tool is not None and tool.network.is_none
+    again = await api.http.post("/v1/tools", json={"image": "test/mailer:1"})
+    assert again.status_code == 200 and again.headers[UNGRANTED_HEADER] == MAIL
+    granted = await api.http.post(
+        "/v1/tools/mailer/grant", json={"version": 1, "allow": [MAIL], "reason": "the operator"}
+    )
+    assert granted.status_code == 201, granted.text
+    async with api.client() as hands:
+        registration = await hands.register_tool("test/mailer:1")
+    assert registration.tool.network.allow == (MAIL,) and registration.ungranted == ()
+    assert not registration.created
 
 
 async def test_an_unexpected_failure_is_500_without_its_internals(api: Api) -> None:

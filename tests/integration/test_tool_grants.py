@@ -19,11 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from bh import tools_commands
-from contracts import ConflictError, InvalidInput, NotFound
+from bh.declared_tools import apply_declared
+from contracts import AlreadyExists, ConflictError, InvalidInput, NotFound
 from contracts.tool import ToolChange
+from hands.api.views import RegisterRequest, checked
 from hands.sandbox import RunOutcome, RunSpec
 from hands.sandbox.output import Capture
-from tests.integration.test_hands_api import TOKEN, Api, open_api
+from tests.integration.test_hands_api import MAIL, TOKEN, Api, LabelledSandbox, open_api
 from tests.support.toolpath import runs
 
 pytestmark = pytest.mark.sqlite
@@ -194,6 +196,61 @@ async def test_the_cli_changes_a_grant_and_shows_the_history(
     assert revoked.exit_code == 0, revoked.output
     tool = await api.store.tools.get("act", 1)
     assert tool is not None and tool.network.is_none and tool.revision == 3
+
+
+@pytest.mark.parametrize("through", ["api", "store"])
+async def test_the_cli_registers_an_image_naming_destinations_with_no_network(
+    api: Api, tmp_path: Path, through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31, finding 4: the image's network label is shown with how to grant it,
+    never granted by registering."""
+    env: dict[str, str | None] = (
+        {"BH_HANDS_API_URL": api.url, "BH_HANDS_API_TOKEN": TOKEN, "BH_STORE_URL": None}
+        if through == "api"
+        else {"BH_HANDS_API_URL": None, "BH_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}"}
+    )
+    if through == "store":  # this machine's engine, knowing the test images' labels
+
+        async def labelled(*_: object) -> LabelledSandbox:
+            return LabelledSandbox(tmp_path / "runs")
+
+        monkeypatch.setattr(tools_commands, "make_sandbox", labelled)
+    registered = await asyncio.to_thread(_cli, "register", "test/mailer:1", **env)
+    assert registered.exit_code == 0, registered.output
+    assert "mailer@1 registered" in registered.output
+    assert f"image declares network {MAIL}; not granted" in registered.output
+    assert f"bh tools grant mailer@1 --allow {MAIL}" in registered.output
+    tool = await api.store.tools.get("mailer", 1)
+    assert tool is not None and tool.network.is_none
+    as_json = await asyncio.to_thread(_cli, "register", "test/mailer:1", "--json", **env)
+    assert as_json.exit_code == 0, as_json.output
+    shown = json.loads(as_json.output)
+    assert shown["tool"]["network"]["allow"] == [] and shown["ungranted"] == [MAIL]
+    assert len(await api.store.tools.history("mailer", 1)) == 1  # no grant, not even briefly
+
+
+def _declared(**fields: Any) -> RegisterRequest:
+    return checked(
+        RegisterRequest, {"image": "test/mailer:1", "registered_by": "bh init", **fields}
+    )
+
+
+async def test_a_declared_entry_is_registered_with_its_grant_in_one_step(api: Api) -> None:
+    """``bh init --tools``: an entry without ``allow`` registers with no network (no
+    revision 2 revoking a grant the image's label gave for a moment); another grant is
+    applied before registering again; another config is refused before anything."""
+    applied = await apply_declared(api.store, api.sandbox, _declared(), reason="declared")
+    assert (applied.change, applied.tool.network.allow) == ("registered", ())
+    assert f"image declares network {MAIL}; not granted" in applied.line()
+    assert [r.change for r in await api.store.tools.history("mailer", 1)] == [ToolChange.REGISTERED]
+    moved = await apply_declared(api.store, api.sandbox, _declared(allow=[MAIL]), reason="r")
+    assert (moved.change, moved.tool.network.allow) == ("granted", (MAIL,))
+    assert "not granted" not in moved.line()
+    again = await apply_declared(api.store, api.sandbox, _declared(allow=[MAIL]), reason="r")
+    assert (again.change, again.tool.revision) == ("unchanged", 2)
+    with pytest.raises(AlreadyExists, match="config"):
+        await apply_declared(api.store, api.sandbox, _declared(config={"K": "v"}), reason="r")
+    assert len(await api.store.tools.history("mailer", 1)) == 2  # refused: nothing granted
 
 
 @pytest.mark.parametrize(
