@@ -111,6 +111,7 @@ class Answer(Frozen):
     #: the submission that carried it (None when the deadline answered)
     request_id: str | None = None
     closed: bool = False
+    #: when it was settled (the deadline's answer: at the deadline)
     answered_at: AwareDatetime = Field(default_factory=utcnow)
 
     @property
@@ -152,12 +153,18 @@ class ApprovalRule(Frozen):
 
 
 class AnswerBody(Frozen):
-    """What an answer submission carries: ``{"answer": {...}}``."""
+    """What an answer submission carries: ``{"answer": {...}}``, as the door wrote it.
+
+    ``accepted_at`` is the store's time when the door accepted it
+    (``session_store.clock``): the door writes it, no client can (the submissions door
+    refuses answers), and the kernel judges a deadline by it.
+    """
 
     question_id: Identifier
     value: JsonValue = None
     by: str = Field(min_length=1, max_length=200)
     why: str | None = Field(default=None, max_length=4000)
+    accepted_at: AwareDatetime | None = None
 
 
 class AnswerInput(Frozen):

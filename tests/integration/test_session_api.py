@@ -107,7 +107,8 @@ COLOUR = Question(id="q1", prompt="Which?", kind=QuestionKind.CHOICE, choices=("
 
 
 def registry() -> Registry:
-    """``ask`` asks ``COLOUR`` and answers with the reply; ``calc`` doubles its input;
+    """``ask`` asks ``COLOUR`` and answers with the reply (``ask_briefly``: within 5 ms
+    of its Brain's clock, then the deadline settles it without a value); ``calc`` doubles its input;
     ``parent`` spawns a ``calc`` child and waits for it; ``mail`` sends one email through
     the ``send`` tool."""
 
@@ -127,8 +128,13 @@ def registry() -> Registry:
     async def told(ctx: PhaseContext) -> Done:
         return Done(result=ctx.answer(COLOUR.id).value)
 
+    async def ask_briefly(ctx: PhaseContext) -> Wait:
+        brief = COLOUR.model_copy(update={"deadline": ctx.now() + timedelta(milliseconds=5)})
+        return Wait(question=brief, next_phase="told")
+
     kinds = Registry()
     kinds.add(kind("ask", {"start": ask, "told": told}))
+    kinds.add(kind("ask_briefly", {"start": ask_briefly, "told": told}))
     kinds.add(kind("calc", {"start": double}))
     kinds.add(kind("parent", {"start": spawn, "finish": finish}))
     kinds.add(mail_kind())
@@ -661,6 +667,43 @@ async def test_a_question_is_answered_once_through_the_api(api: Api) -> None:
     late = await answer("a3", "red")
     assert late.status_code == 409
     assert "already answered by default" in late.json()["error"]["message"]
+
+
+async def test_an_answer_after_the_deadline_is_409_question_expired(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "ask_briefly"}})
+    asked_at = await api.k.store.clock.fresh()
+    # a Brain whose clock stands still: none plans after the deadline (busy, or the
+    # scheduler is down), so the question is still open in the log
+    report = await api.k.runner(clock=lambda: asked_at).drive("s1")
+    deadline = report.next_wake_at
+    assert deadline is not None
+
+    async def passed() -> bool:
+        return api.k.store.clock.now() > deadline
+
+    await assert_eventually(passed, interval=0.002)
+    api.wakes.calls.clear()
+    body = {"request_id": "a1", "question_id": "q1", "value": "blue"}
+    late = await api.http.post("/v1/sessions/s1/inputs", json=body)
+    assert late.status_code == 409, late.text
+    refused = late.json()["error"]
+    assert refused["code"] == "question_expired"
+    assert refused["details"] == {
+        "question_id": "q1",
+        "task_id": "root.r1",
+        "deadline": deadline.isoformat(),
+        "settled": False,
+    }
+    assert await api.k.client.get("s1", "a1") is None, "nothing is stored"
+    assert api.wakes.calls == [("s1", "deadline")], "a Brain is needed to record the denial"
+    await api.k.runner(clock=api.k.store.clock.now).drive("s1")
+    api.wakes.calls.clear()
+    again = await api.http.post("/v1/sessions/s1/inputs", json={**body, "request_id": "a2"})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "question_expired"
+    assert again.json()["error"]["details"]["settled"] is True and api.wakes.calls == []
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    (told,) = [task for task in view["tasks"] if task["id"] == "root.r1"]
+    assert told["answers"]["q1"]["by"] == "deadline" and told["result"] is None
 
 
 async def test_the_inbox_lists_open_questions_across_sessions(api: Api) -> None:
