@@ -86,6 +86,7 @@ def _apply_answer(b: CommitBuilder, submission: Submission) -> None:
         question_id=body.question_id,
         value=body.value,
         by=body.by,
+        claimed_by=body.claimed_by,
         why=body.why,
         request_id=submission.request_id,
     )

@@ -119,12 +119,12 @@ def sessions_router(context: ApiContext) -> APIRouter:
     async def answer(
         session_id: SessionId, body: AnswerRequest, response: Response, grant: Operator
     ) -> SubmissionView:
-        """Answer an open question of a waiting task, once per ``request_id``: 201 with
-        the accepted answer (a submission; ``answered`` once applied), 200 with the
-        original for a repeated request id; 409 when another answer was accepted first
-        (``already_answered``, naming it), the question is closed, or its deadline
-        passed (``question_expired``); 404 no such open question; 422 the value does not
-        fit it."""
+        """Answer an open question of a waiting task, once per ``request_id``, as the
+        token's name (``by`` is kept beside it, unverified): 201 with the accepted answer
+        (a submission; ``answered`` once applied), 200 with the original for a repeated
+        request id; 409 when another answer was accepted first (``already_answered``,
+        naming it), the question is closed, or its deadline passed (``question_expired``);
+        404 no such open question; 422 the value does not fit it."""
         check_session(grant, session_id)
         submission, created = await answer_question(context, session_id, body, grant.name)
         if not created:
@@ -335,7 +335,8 @@ async def _submit(
 async def answer_question(
     context: ApiContext, session_id: str, body: AnswerRequest, by: str
 ) -> tuple[Submission, bool]:
-    """The answer (a submission), and whether this request made it. An answer after a
+    """The answer (a submission) given by ``by`` (the token's name; the body's ``by`` is
+    kept beside it, unverified), and whether this request made it. An answer after a
     deadline that denies wakes the session when the denial is not on record yet: no
     Brain planned since the deadline, and one is needed to record it."""
     client = context.client
@@ -346,7 +347,8 @@ async def answer_question(
             body.request_id,
             body.question_id,
             body.value,
-            by=body.by or by,
+            by=by,
+            claimed_by=body.by,
             why=body.why,
         )
     except QuestionExpired as expired:

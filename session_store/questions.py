@@ -120,12 +120,13 @@ def _expired(task: Task, question_id: str, deadline: datetime, *, settled: bool)
     )
 
 
-def answer_body(question_id: str, value: object, by: str, why: str | None) -> AnswerBody:
+def answer_body(
+    question_id: str, value: object, by: str, why: str | None, *, claimed_by: str | None = None
+) -> AnswerBody:
     """The answer's body, or ``InvalidInput`` naming the field that is wrong."""
+    given = {"question_id": question_id, "value": value, "by": by, "why": why}
     try:
-        return AnswerBody.model_validate(
-            {"question_id": question_id, "value": value, "by": by, "why": why}
-        )
+        return AnswerBody.model_validate({**given, "claimed_by": claimed_by})
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])

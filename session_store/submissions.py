@@ -115,16 +115,19 @@ class SessionClient:
         value: JsonValue,
         *,
         by: str,
+        claimed_by: str | None = None,
         why: str | None = None,
     ) -> Submission:
         """Accept an answer to an open question once per ``request_id`` (a repeat returns
-        the original). Checked against the question when it lands, at the store's time
-        (stamped on the answer): ``NotFound`` (no such question), ``QuestionClosed``,
-        ``QuestionExpired`` (past a deadline that denies), ``AlreadyAnswered`` (another
-        answer was accepted first: it names it) or ``InvalidInput`` (the value does not
-        fit); then nothing is stored. The lease holder applies it (``brain.ingest``)."""
+        the original). ``by`` is who answers, as the caller authenticated them;
+        ``claimed_by`` a name they gave (kept beside it, unverified). Checked against the
+        question when it lands, at the store's time (stamped on the answer): ``NotFound``
+        (no such question), ``QuestionClosed``, ``QuestionExpired`` (past a deadline that
+        denies), ``AlreadyAnswered`` (another answer was accepted first: it names it) or
+        ``InvalidInput`` (the value does not fit); then nothing is stored. The lease
+        holder applies it (``brain.ingest``)."""
         check_ids(request_id, "main")
-        body = answer_body(question_id, value, by, why)
+        body = answer_body(question_id, value, by, why, claimed_by=claimed_by)
         clock = self.store.clock
         await clock.fresh()  # each build below reads it again: the time of that attempt
         handle = await self.store.session(session_id)

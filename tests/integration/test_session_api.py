@@ -706,6 +706,27 @@ async def test_an_answer_after_the_deadline_is_409_question_expired(api: Api) ->
     assert told["answers"]["q1"]["by"] == "deadline" and told["result"] is None
 
 
+async def test_an_answer_is_recorded_as_the_token_s_and_the_name_given_beside_it(
+    api: Api,
+) -> None:
+    await api.submit("r1", {"task": {"kind": "ask"}})
+    await api.k.run()
+
+    def answer(request_id: str, by: str) -> Any:
+        body = {"request_id": request_id, "question_id": "q1", "value": "red", "by": by}
+        return api.http.post("/v1/sessions/s1/inputs", json=body)
+
+    for reserved in ("deadline", "kernel"):
+        refused = await answer("a0", reserved)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["details"]["field"] == "by"
+        assert "reserved" in refused.json()["error"]["message"]
+    assert (await answer("a1", "ops-lead")).status_code == 201
+    await api.k.run()
+    settled = (await api.k.task("root.r1")).answers["q1"]
+    assert (settled.by, settled.claimed_by) == ("default", "ops-lead"), "by: the token's name"
+
+
 async def test_the_inbox_lists_open_questions_across_sessions(api: Api) -> None:
     for session in ("s1", "s2"):
         await api.submit("r1", {"task": {"kind": "ask"}}, session=session)
@@ -766,7 +787,9 @@ async def test_the_cli_answers_and_approves(api: Api) -> None:
     )
     assert said.exit_code == 0 and "answer a1 to q1 accepted (accepted)" in said.output
     await api.k.run()
-    assert (await api.k.task("root.r1")).result == "red"
+    told = await api.k.task("root.r1")
+    assert told.result == "red"
+    assert (told.answers["q1"].by, told.answers["q1"].claimed_by) == ("default", "ann")
 
 
 async def test_messages_while_an_agent_runs_follow_the_policy(api: Api) -> None:

@@ -27,6 +27,7 @@ from contracts import (
 from contracts.errors import AlreadyAnswered, QuestionClosed, QuestionExpired
 from contracts.question import (
     BY_DEADLINE,
+    BY_KERNEL,
     DENY,
     ApprovalRule,
     OnDeadline,
@@ -35,6 +36,7 @@ from contracts.question import (
     QuestionKind,
 )
 from session_store import open_store
+from session_store.questions import answer_body
 from session_store.submissions import SessionClient
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel
@@ -396,6 +398,24 @@ async def test_an_escalating_question_stays_open_past_its_deadline(tmp_path: Pat
         await k.client.answer("s1", "a1", "q1", "approve", by="ann")
         await k.runner(clock=k.store.clock.now).drive("s1")
         assert (await k.submission()).answer == {"value": "approve", "by": "ann"}
+
+
+async def test_the_answer_records_who_answered_and_the_name_they_gave(tmp_path: Path) -> None:
+    async with kernel(tmp_path, asking()) as k:
+        await asked(k)
+        await k.client.answer("s1", "a1", "q1", "blue", by="ops-bot", claimed_by="ops-lead")
+        await k.run()
+        settled = (await k.task("root.r1")).answers["q1"]
+        assert (settled.by, settled.claimed_by) == ("ops-bot", "ops-lead")
+
+
+@pytest.mark.parametrize("field", ["by", "claimed_by"])
+@pytest.mark.parametrize("name", [BY_DEADLINE, BY_KERNEL])
+def test_an_answer_cannot_name_the_deadline_or_the_kernel(field: str, name: str) -> None:
+    given = {"by": "ann", field: name}
+    with pytest.raises(InvalidInput) as refused:
+        answer_body("q1", "blue", given["by"], None, claimed_by=given.get("claimed_by"))
+    assert refused.value.details["field"] == field and name in refused.value.message
 
 
 def test_an_image_label_declares_that_calls_need_approval() -> None:
