@@ -219,6 +219,13 @@ def input_policy(
     console.print(f"{session_id}: messages while its agent runs: {policy.value}", highlight=False)
 
 
+#: ``--by`` of ``bh answer | approve | deny``
+BY_HELP = (
+    "A name to record beside the token's (unverified): the answer is recorded as given "
+    "by the token's name."
+)
+
+
 @app.command()
 def answer(
     session_id: SessionArg,
@@ -227,7 +234,7 @@ def answer(
     json_value: Annotated[
         bool, typer.Option("--json-value", help="VALUE is JSON (for a json question).")
     ] = False,
-    by: Annotated[str | None, typer.Option(help="Who answers (default: the token's name).")] = None,
+    by: Annotated[str | None, typer.Option(help=BY_HELP)] = None,
     why: Annotated[str | None, typer.Option(help="Why (recorded with the answer).")] = None,
     request_id: RequestIdOption = None,
     api_url: ApiUrl = None,
@@ -246,9 +253,7 @@ def _decision(value: str, help_: str) -> Callable[..., None]:
         session_id: SessionArg,
         question_id: Annotated[str, typer.Argument(help="The approval's question id.")],
         why: Annotated[str | None, typer.Option(help="Why (recorded; the model reads it).")] = None,
-        by: Annotated[
-            str | None, typer.Option(help="Who decides (default: the token's name).")
-        ] = None,
+        by: Annotated[str | None, typer.Option(help=BY_HELP)] = None,
         request_id: RequestIdOption = None,
         api_url: ApiUrl = None,
         token: ApiToken = None,

@@ -175,9 +175,16 @@ def question_deadline(b: CommitBuilder, task_id: str) -> None:
         return
     value = DENY if question.kind is QuestionKind.APPROVAL else None
     why = f"no answer by its deadline {question.deadline.isoformat()}"
-    settle_question(
-        b, task_id, Answer(question_id=question.id, value=value, by=BY_DEADLINE, why=why)
+    # answered at the deadline, whenever a Brain got to record it: an answer the door
+    # refuses afterwards names the deadline (``session_store.questions``)
+    denial = Answer(
+        question_id=question.id,
+        value=value,
+        by=BY_DEADLINE,
+        why=why,
+        answered_at=question.deadline,
     )
+    settle_question(b, task_id, denial)
 
 
 def _check_unique(b: CommitBuilder, task_id: str, question: Question) -> None:

@@ -1,7 +1,7 @@
 """Turning what clients wrote into decisions: new submissions become root tasks,
 answers settle the questions of waiting tasks (in log order: the first wins, later ones
-are answered as refused), and cancellation requests in the control document become
-cancel decisions.
+are answered as refused; one given after a deadline that denies never counts), and
+cancellation requests in the control document become cancel decisions.
 
 A submission the kernel cannot turn into a task (input an older or foreign ingress let
 through, a root task id that is taken) is answered as failed with the reason, in the
@@ -71,7 +71,10 @@ def _apply_answer(b: CommitBuilder, submission: Submission) -> None:
     or answer the submission as refused, saying why."""
     body = answer_of(submission)
     assert body is not None
-    refused = judge(b.tasks(), body)
+    # Judged when the door accepted it (the store's time it stamped): an answer given
+    # before the deadline counts however late a Brain applies it. One without a stamp
+    # (an older door, a direct write) is judged now, which can only refuse more.
+    refused = judge(b.tasks(), body, body.accepted_at or b.now)
     if refused is not None:
         b.update_submission(
             submission.request_id, status=SubmissionStatus.FAILED, error=refused.info()
@@ -83,6 +86,7 @@ def _apply_answer(b: CommitBuilder, submission: Submission) -> None:
         question_id=body.question_id,
         value=body.value,
         by=body.by,
+        claimed_by=body.claimed_by,
         why=body.why,
         request_id=submission.request_id,
     )

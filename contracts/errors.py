@@ -30,6 +30,7 @@ session's operation); reloading does not change the answer.
     │   ├── OperationMismatch            operation_mismatch
     │   ├── AlreadyAnswered              already_answered     (a question: the first wins)
     │   ├── QuestionClosed               question_closed      (its task moved on or ended)
+    │   ├── QuestionExpired              question_expired     (its deadline passed first)
     │   └── Busy                         busy                 (reject: an agent is running)
     ├── Unauthorized                     unauthorized         an API refused the token
     ├── Forbidden                        forbidden            the token's scope excludes it
@@ -160,6 +161,13 @@ class QuestionClosed(Refused):
     """A question's task no longer waits for it (cancelled, or it ended)."""
 
     code = "question_closed"
+
+
+class QuestionExpired(Refused):
+    """An answer came after its question's deadline, which denies it (``on_deadline``
+    ``deny``): the door refuses it, and so does the kernel applying one that got in."""
+
+    code = "question_expired"
 
 
 class Busy(Refused):

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 import jsonschema
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 
@@ -25,6 +25,8 @@ DENY: Final = "deny"
 BY_DEADLINE: Final = "deadline"
 #: who closes a question whose task ended before it was answered
 BY_KERNEL: Final = "kernel"
+#: names only the kernel records: no answer may be given by (or claim) them
+RESERVED_ACTORS: Final = frozenset({BY_DEADLINE, BY_KERNEL})
 
 
 class QuestionKind(StrEnum):
@@ -105,12 +107,17 @@ class Answer(Frozen):
 
     question_id: Identifier
     value: JsonValue = None
-    #: who answered: the name given with the answer, else the API token's name
+    #: who answered: the name of the API token the answer came with (verified), or the
+    #: kernel's own ``deadline`` / ``kernel``
     by: str = Field(min_length=1, max_length=200)
+    #: the name the answerer gave for themselves (not verified: any operator token can
+    #: give any name; ``by`` is who really answered)
+    claimed_by: str | None = Field(default=None, max_length=200)
     why: str | None = Field(default=None, max_length=4000)
     #: the submission that carried it (None when the deadline answered)
     request_id: str | None = None
     closed: bool = False
+    #: when it was settled (the deadline's answer: at the deadline)
     answered_at: AwareDatetime = Field(default_factory=utcnow)
 
     @property
@@ -152,12 +159,35 @@ class ApprovalRule(Frozen):
 
 
 class AnswerBody(Frozen):
-    """What an answer submission carries: ``{"answer": {...}}``."""
+    """What an answer submission carries: ``{"answer": {...}}``, as the door wrote it.
+
+    ``by`` is who answered as the door authenticated them (the API token's name);
+    ``claimed_by`` the name they gave (unverified). ``accepted_at`` is the store's time
+    when the door accepted it (``session_store.clock``): the door writes it, no client
+    can (the submissions door refuses answers), and the kernel judges a deadline by it.
+    """
 
     question_id: Identifier
     value: JsonValue = None
     by: str = Field(min_length=1, max_length=200)
+    claimed_by: str | None = Field(default=None, min_length=1, max_length=200)
     why: str | None = Field(default=None, max_length=4000)
+    accepted_at: AwareDatetime | None = None
+
+    @field_validator("by", "claimed_by")
+    @classmethod
+    def _not_reserved(cls, name: str | None) -> str | None:
+        if name in RESERVED_ACTORS:
+            raise ValueError(reserved_actor(name))
+        return name
+
+
+def reserved_actor(name: str) -> str:
+    """Why ``name`` cannot be given as who answers."""
+    return (
+        f"{name!r} is reserved: the kernel records answers by {sorted(RESERVED_ACTORS)} "
+        "itself; give a person's name"
+    )
 
 
 class AnswerInput(Frozen):

@@ -21,6 +21,7 @@ from contracts import (
     Identifier,
     InvalidInput,
     NotFound,
+    QuestionExpired,
     SettleRequest,
     Submission,
 )
@@ -107,7 +108,10 @@ def sessions_router(context: ApiContext) -> APIRouter:
         status_code=201,
         responses={
             200: {"model": SubmissionView, "description": "Already answered by this request"},
-            409: {"model": ErrorBody, "description": "already_answered or question_closed"},
+            409: {
+                "model": ErrorBody,
+                "description": "already_answered, question_closed or question_expired",
+            },
             422: {"model": ErrorBody, "description": "The value does not fit the question"},
             **_ERRORS,
         },
@@ -115,11 +119,12 @@ def sessions_router(context: ApiContext) -> APIRouter:
     async def answer(
         session_id: SessionId, body: AnswerRequest, response: Response, grant: Operator
     ) -> SubmissionView:
-        """Answer an open question of a waiting task, once per ``request_id``: 201 with
-        the accepted answer (a submission; ``answered`` once applied), 200 with the
-        original for a repeated request id; 409 when another answer was accepted first
-        (``already_answered``, naming it) or the question is closed; 404 no such open
-        question; 422 the value does not fit it."""
+        """Answer an open question of a waiting task, once per ``request_id``, as the
+        token's name (``by`` is kept beside it, unverified): 201 with the accepted answer
+        (a submission; ``answered`` once applied), 200 with the original for a repeated
+        request id; 409 when another answer was accepted first (``already_answered``,
+        naming it), the question is closed, or its deadline passed (``question_expired``);
+        404 no such open question; 422 the value does not fit it."""
         check_session(grant, session_id)
         submission, created = await answer_question(context, session_id, body, grant.name)
         if not created:
@@ -330,12 +335,26 @@ async def _submit(
 async def answer_question(
     context: ApiContext, session_id: str, body: AnswerRequest, by: str
 ) -> tuple[Submission, bool]:
-    """The answer (a submission), and whether this request made it."""
+    """The answer (a submission) given by ``by`` (the token's name; the body's ``by`` is
+    kept beside it, unverified), and whether this request made it. An answer after a
+    deadline that denies wakes the session when the denial is not on record yet: no
+    Brain planned since the deadline, and one is needed to record it."""
     client = context.client
     existing = await client.get(session_id, body.request_id)
-    submission = await client.answer(
-        session_id, body.request_id, body.question_id, body.value, by=body.by or by, why=body.why
-    )
+    try:
+        submission = await client.answer(
+            session_id,
+            body.request_id,
+            body.question_id,
+            body.value,
+            by=by,
+            claimed_by=body.by,
+            why=body.why,
+        )
+    except QuestionExpired as expired:
+        if not expired.details.get("settled"):
+            await context.wake(session_id, "deadline")
+        raise
     if not submission.status.is_final:
         await context.wake(session_id, "answer")
     return submission, existing is None

@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, field_validator
 
 from contracts import (
     Answer,
@@ -32,6 +32,7 @@ from contracts import (
     Usage,
 )
 from contracts.model import Frozen
+from contracts.question import RESERVED_ACTORS, reserved_actor
 from contracts.usage import SessionUsage
 
 #: The reason recorded when a cancel request gives none.
@@ -100,14 +101,23 @@ class ForkView(Frozen):
 class AnswerRequest(Frozen):
     """An answer to the open question ``question_id`` of a waiting task, accepted once
     per ``request_id``. ``value`` must fit the question (a string; one of its choices;
-    JSON fitting its schema; ``"approve"`` or ``"deny"`` for an approval). ``by`` names
-    who answered (default: the API token's name); ``why`` is recorded with it."""
+    JSON fitting its schema; ``"approve"`` or ``"deny"`` for an approval). The answer is
+    recorded as given by the API token's name; ``by`` is a name the answerer gives,
+    kept beside it as ``claimed_by`` and not verified (``deadline`` and ``kernel`` are
+    refused); ``why`` is recorded with it."""
 
     request_id: str = Field(max_length=1000)
     question_id: str = Field(max_length=1000)
     value: JsonValue
     by: str | None = Field(default=None, min_length=1, max_length=200)
     why: str | None = Field(default=None, max_length=4000)
+
+    @field_validator("by")
+    @classmethod
+    def _not_reserved(cls, name: str | None) -> str | None:
+        if name in RESERVED_ACTORS:
+            raise ValueError(reserved_actor(name))
+        return name
 
 
 class BudgetRequest(Frozen):

@@ -115,22 +115,32 @@ class SessionClient:
         value: JsonValue,
         *,
         by: str,
+        claimed_by: str | None = None,
         why: str | None = None,
     ) -> Submission:
         """Accept an answer to an open question once per ``request_id`` (a repeat returns
-        the original). Checked against the question when it lands: ``NotFound`` (no such
-        question), ``QuestionClosed``, ``AlreadyAnswered`` (another answer was accepted
-        first: it names it) or ``InvalidInput`` (the value does not fit); then nothing is
-        stored. The lease holder applies it (``brain.ingest``)."""
+        the original). ``by`` is who answers, as the caller authenticated them;
+        ``claimed_by`` a name they gave (kept beside it, unverified). Checked against the
+        question when it lands, at the store's time (stamped on the answer): ``NotFound``
+        (no such question), ``QuestionClosed``, ``QuestionExpired`` (past a deadline that
+        denies), ``AlreadyAnswered`` (another answer was accepted first: it names it) or
+        ``InvalidInput`` (the value does not fit); then nothing is stored. The lease
+        holder applies it (``brain.ingest``)."""
         check_ids(request_id, "main")
-        body = answer_body(question_id, value, by, why)
+        body = answer_body(question_id, value, by, why, claimed_by=claimed_by)
+        clock = self.store.clock
+        await clock.fresh()  # each build below reads it again: the time of that attempt
         handle = await self.store.session(session_id)
         existing = await handle.submission(request_id)
         if existing is not None:
             await self._remark(handle, existing)
             return existing
+
+        def build(state: SessionState) -> Commit | None:
+            return answer_commit(state, request_id, body, clock.now())
+
         with contextlib.suppress(AlreadyExists):  # the request id settled and was archived
-            await _commit_unfenced(handle, lambda state: answer_commit(state, request_id, body))
+            await _commit_unfenced(handle, build)
         found = await handle.submission(request_id)
         assert found is not None, "the answer is there: ours, or the original"
         return found

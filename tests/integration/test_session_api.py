@@ -107,7 +107,8 @@ COLOUR = Question(id="q1", prompt="Which?", kind=QuestionKind.CHOICE, choices=("
 
 
 def registry() -> Registry:
-    """``ask`` asks ``COLOUR`` and answers with the reply; ``calc`` doubles its input;
+    """``ask`` asks ``COLOUR`` and answers with the reply (``ask_briefly``: within 5 ms
+    of its Brain's clock, then the deadline settles it without a value); ``calc`` doubles its input;
     ``parent`` spawns a ``calc`` child and waits for it; ``mail`` sends one email through
     the ``send`` tool."""
 
@@ -127,8 +128,13 @@ def registry() -> Registry:
     async def told(ctx: PhaseContext) -> Done:
         return Done(result=ctx.answer(COLOUR.id).value)
 
+    async def ask_briefly(ctx: PhaseContext) -> Wait:
+        brief = COLOUR.model_copy(update={"deadline": ctx.now() + timedelta(milliseconds=5)})
+        return Wait(question=brief, next_phase="told")
+
     kinds = Registry()
     kinds.add(kind("ask", {"start": ask, "told": told}))
+    kinds.add(kind("ask_briefly", {"start": ask_briefly, "told": told}))
     kinds.add(kind("calc", {"start": double}))
     kinds.add(kind("parent", {"start": spawn, "finish": finish}))
     kinds.add(mail_kind())
@@ -663,6 +669,64 @@ async def test_a_question_is_answered_once_through_the_api(api: Api) -> None:
     assert "already answered by default" in late.json()["error"]["message"]
 
 
+async def test_an_answer_after_the_deadline_is_409_question_expired(api: Api) -> None:
+    await api.submit("r1", {"task": {"kind": "ask_briefly"}})
+    asked_at = await api.k.store.clock.fresh()
+    # a Brain whose clock stands still: none plans after the deadline (busy, or the
+    # scheduler is down), so the question is still open in the log
+    report = await api.k.runner(clock=lambda: asked_at).drive("s1")
+    deadline = report.next_wake_at
+    assert deadline is not None
+
+    async def passed() -> bool:
+        return api.k.store.clock.now() > deadline
+
+    await assert_eventually(passed, interval=0.002)
+    api.wakes.calls.clear()
+    body = {"request_id": "a1", "question_id": "q1", "value": "blue"}
+    late = await api.http.post("/v1/sessions/s1/inputs", json=body)
+    assert late.status_code == 409, late.text
+    refused = late.json()["error"]
+    assert refused["code"] == "question_expired"
+    assert refused["details"] == {
+        "question_id": "q1",
+        "task_id": "root.r1",
+        "deadline": deadline.isoformat(),
+        "settled": False,
+    }
+    assert await api.k.client.get("s1", "a1") is None, "nothing is stored"
+    assert api.wakes.calls == [("s1", "deadline")], "a Brain is needed to record the denial"
+    await api.k.runner(clock=api.k.store.clock.now).drive("s1")
+    api.wakes.calls.clear()
+    again = await api.http.post("/v1/sessions/s1/inputs", json={**body, "request_id": "a2"})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "question_expired"
+    assert again.json()["error"]["details"]["settled"] is True and api.wakes.calls == []
+    view = (await api.http.get("/v1/sessions/s1")).json()
+    (told,) = [task for task in view["tasks"] if task["id"] == "root.r1"]
+    assert told["answers"]["q1"]["by"] == "deadline" and told["result"] is None
+
+
+async def test_an_answer_is_recorded_as_the_token_s_and_the_name_given_beside_it(
+    api: Api,
+) -> None:
+    await api.submit("r1", {"task": {"kind": "ask"}})
+    await api.k.run()
+
+    def answer(request_id: str, by: str) -> Any:
+        body = {"request_id": request_id, "question_id": "q1", "value": "red", "by": by}
+        return api.http.post("/v1/sessions/s1/inputs", json=body)
+
+    for reserved in ("deadline", "kernel"):
+        refused = await answer("a0", reserved)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["details"]["field"] == "by"
+        assert "reserved" in refused.json()["error"]["message"]
+    assert (await answer("a1", "ops-lead")).status_code == 201
+    await api.k.run()
+    settled = (await api.k.task("root.r1")).answers["q1"]
+    assert (settled.by, settled.claimed_by) == ("default", "ops-lead"), "by: the token's name"
+
+
 async def test_the_inbox_lists_open_questions_across_sessions(api: Api) -> None:
     for session in ("s1", "s2"):
         await api.submit("r1", {"task": {"kind": "ask"}}, session=session)
@@ -723,7 +787,9 @@ async def test_the_cli_answers_and_approves(api: Api) -> None:
     )
     assert said.exit_code == 0 and "answer a1 to q1 accepted (accepted)" in said.output
     await api.k.run()
-    assert (await api.k.task("root.r1")).result == "red"
+    told = await api.k.task("root.r1")
+    assert told.result == "red"
+    assert (told.answers["q1"].by, told.answers["q1"].claimed_by) == ("default", "ann")
 
 
 async def test_messages_while_an_agent_runs_follow_the_policy(api: Api) -> None:

@@ -1,12 +1,15 @@
 """Questions a task asks a person: the wait holds no Brain, an answer is checked at the
 door, accepted once per request id, applied exactly once (the first accepted answer
-wins), and a deadline answers or escalates. Crashes around them: tests/chaos."""
+wins), and a deadline answers or escalates; an answer after a deadline that denies never
+counts, at the door or in the kernel. Crashes around them: tests/chaos."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,9 +24,10 @@ from contracts import (
     SubmissionStatus,
     TaskStatus,
 )
-from contracts.errors import AlreadyAnswered, QuestionClosed
+from contracts.errors import AlreadyAnswered, QuestionClosed, QuestionExpired
 from contracts.question import (
     BY_DEADLINE,
+    BY_KERNEL,
     DENY,
     ApprovalRule,
     OnDeadline,
@@ -32,9 +36,13 @@ from contracts.question import (
     QuestionKind,
 )
 from session_store import open_store
+from session_store.questions import answer_body
 from session_store.submissions import SessionClient
+from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel
 from tests.support.kernel import kind as kind_
+
+T = TypeVar("T")
 
 ASKED = Question(id="q1", prompt="Which colour?", kind=QuestionKind.CHOICE, choices=("red", "blue"))
 
@@ -213,12 +221,43 @@ def approval(**options: object) -> Question:
     )
 
 
+async def asked_until(
+    k: Kernel, within: timedelta, *, session_id: str = "s1", **options: object
+) -> Question:
+    """Ask an approval whose deadline is ``within`` after the store's time now, in one
+    drive of a Brain whose clock stands still at that time: no Brain plans after the
+    deadline until the test drives one."""
+    now = await k.store.clock.fresh()
+    question = approval(deadline=now + within, **options)
+    k.registry = asking(question)
+    await k.submit_task("ask", session_id=session_id)
+    report = await k.runner(clock=lambda: now).drive(session_id)
+    assert report.active and report.next_wake_at == question.deadline
+    return question
+
+
+def after(question: Question) -> Callable[[], datetime]:
+    """The clock of a Brain that comes after the question's deadline (a late wake)."""
+    assert question.deadline is not None
+    later = question.deadline + timedelta(seconds=1)
+    return lambda: later
+
+
+async def past_deadline(k: Kernel, question: Question) -> None:
+    """Until the store's clock is past the question's deadline."""
+    deadline = question.deadline
+    assert deadline is not None
+
+    async def passed() -> bool:
+        return k.store.clock.now() > deadline
+
+    await assert_eventually(passed, interval=0.002)
+
+
 async def test_a_deadline_denies_an_unanswered_approval(tmp_path: Path) -> None:
     async with kernel(tmp_path) as k:
-        asked_at = k.runner().services.clock()
-        k.registry = asking(approval(deadline=asked_at + timedelta(milliseconds=300)))
-        await k.submit_task("ask")
-        report = await k.run()  # sleeps until the deadline, the durable timer's wake
+        question = await asked_until(k, timedelta(hours=1))
+        report = await k.runner(clock=after(question)).drive("s1")
         assert not report.active
         assert (await k.submission()).answer == {"value": DENY, "by": BY_DEADLINE}
         settled = (await k.task("root.r1")).answers["q1"]
@@ -227,16 +266,14 @@ async def test_a_deadline_denies_an_unanswered_approval(tmp_path: Path) -> None:
 
 async def test_a_deadline_can_escalate_to_another_queue(tmp_path: Path) -> None:
     async with kernel(tmp_path) as k:
-        asked_at = k.runner().services.clock()
-        question = approval(
-            deadline=asked_at + timedelta(milliseconds=300),
+        question = await asked_until(
+            k,
+            timedelta(hours=1),
             on_deadline=OnDeadline.ESCALATE,
             escalate_to="leads",
             queue="team",
         )
-        k.registry = asking(question)
-        await k.submit_task("ask")
-        report = await k.run()
+        report = await k.runner(clock=after(question)).drive("s1")
         assert report.active and report.next_wake_at is None, "asked again, no deadline"
         task = await k.task("root.r1")
         assert task.status is TaskStatus.WAITING and task.wait is not None
@@ -246,6 +283,139 @@ async def test_a_deadline_can_escalate_to_another_queue(tmp_path: Path) -> None:
         await k.client.answer("s1", "a1", "q1", "approve", by="lead")
         await k.run()
         assert (await k.submission()).answer == {"value": "approve", "by": "lead"}
+
+
+async def test_an_answer_after_the_deadline_is_refused_at_the_door(tmp_path: Path) -> None:
+    # No Brain planned since the deadline (busy Brains, a scheduler outage): the question
+    # is still open in the log, and the door judges by the store's clock.
+    async with kernel(tmp_path) as k:
+        question = await asked_until(k, timedelta(milliseconds=5))
+        seq = (await k.store.session("s1")).seq
+        await past_deadline(k, question)
+        with pytest.raises(QuestionExpired) as late:
+            await k.client.answer("s1", "a1", "q1", "approve", by="ann")
+        assert question.deadline is not None
+        assert late.value.details == {
+            "question_id": "q1",
+            "task_id": "root.r1",
+            "deadline": question.deadline.isoformat(),
+            "settled": False,
+        }
+        assert (await k.store.session("s1")).seq == seq, "nothing is stored"
+        await k.runner(clock=k.store.clock.now).drive("s1")
+        assert (await k.submission()).answer == {"value": DENY, "by": BY_DEADLINE}
+        with pytest.raises(QuestionExpired) as denied:
+            await k.client.answer("s1", "a2", "q1", "approve", by="ann")
+        assert denied.value.details["settled"] is True
+
+
+@pytest.mark.parametrize("stamped", [False, True])
+async def test_the_kernel_refuses_an_answer_that_came_after_the_deadline(
+    tmp_path: Path, stamped: bool
+) -> None:
+    # Answers that got into the log without the door's check (an older API, a direct
+    # write): one the door stamped after the deadline never counts, and one without a
+    # stamp is judged when it is applied, after the deadline here.
+    async with kernel(tmp_path) as k:
+        question = await asked_until(k, timedelta(hours=1))
+        assert question.deadline is not None
+        body: dict[str, object] = {"question_id": "q1", "value": "approve", "by": "ann"}
+        if stamped:
+            body["accepted_at"] = (question.deadline + timedelta(milliseconds=1)).isoformat()
+        handle = await k.store.session("s1")
+        late = Submission(request_id="a1", input={"answer": body})
+        await handle.commit(Commit(submissions=(late,)), fence=None)
+        await k.runner(clock=after(question)).drive("s1")
+        refused = await k.submission("a1")
+        assert refused.status is SubmissionStatus.FAILED
+        assert refused.error is not None and refused.error.code == "question_expired"
+        assert (await k.submission()).answer == {"value": DENY, "by": BY_DEADLINE}
+
+
+async def test_an_answer_accepted_before_the_deadline_counts_when_applied_after_it(
+    tmp_path: Path,
+) -> None:
+    async with kernel(tmp_path) as k:
+        question = await asked_until(k, timedelta(hours=1))
+        await k.client.answer("s1", "a1", "q1", "approve", by="ann")
+        await k.runner(clock=after(question)).drive("s1")  # the Brain came late
+        assert (await k.submission()).answer == {"value": "approve", "by": "ann"}
+        assert (await k.submission("a1")).status is SubmissionStatus.ANSWERED
+
+
+async def later(work: Awaitable[T], turns: int) -> T:
+    """``work``, after ``turns`` turns of the event loop."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    return await work
+
+
+async def test_an_answer_racing_the_deadline_counts_or_is_told_it_expired(tmp_path: Path) -> None:
+    # The door reads the store's time before the deadline while a Brain whose reading is
+    # after it records the denial (two processes' readings of the store's clock differ
+    # by up to its resolution). The log orders the two commits: the answer is accepted
+    # and approves, or it is refused as expired and the deadline denies; never an
+    # accepted answer that does not count.
+    async with kernel(tmp_path) as k:
+        door_store = await open_store(f"sqlite:///{tmp_path}/kernel.db")
+        try:
+            door = SessionClient(door_store)
+            for round_ in range(8):
+                session_id = f"race{round_}"
+                question = await asked_until(k, timedelta(hours=1), session_id=session_id)
+                # each round the answer starts a little later than the Brain's drive,
+                # or the drive a little later than the answer
+                answer = door.answer(session_id, "a1", "q1", "approve", by="ann")
+                drive = k.runner(clock=after(question)).drive(session_id)
+                answered, _ = await asyncio.gather(
+                    later(answer, round_ % 4 * 3) if round_ < 4 else answer,
+                    later(drive, round_ % 4 * 3) if round_ >= 4 else drive,
+                    return_exceptions=True,
+                )
+                await k.runner(clock=after(question)).drive(session_id)
+                settled = (await k.task("root.r1", session_id)).answers["q1"]
+                if isinstance(answered, Submission):
+                    assert (settled.value, settled.request_id) == ("approve", "a1")
+                else:
+                    assert isinstance(answered, QuestionExpired), answered
+                    assert (settled.value, settled.by) == (DENY, BY_DEADLINE)
+        finally:
+            await door_store.close()
+
+
+async def test_an_escalating_question_stays_open_past_its_deadline(tmp_path: Path) -> None:
+    # Escalation asks again of another queue; it does not close the question, and a
+    # queue routes questions, it does not authorise answers: a late answer counts.
+    async with kernel(tmp_path) as k:
+        question = await asked_until(
+            k,
+            timedelta(milliseconds=5),
+            on_deadline=OnDeadline.ESCALATE,
+            escalate_to="leads",
+            queue="team",
+        )
+        await past_deadline(k, question)
+        await k.client.answer("s1", "a1", "q1", "approve", by="ann")
+        await k.runner(clock=k.store.clock.now).drive("s1")
+        assert (await k.submission()).answer == {"value": "approve", "by": "ann"}
+
+
+async def test_the_answer_records_who_answered_and_the_name_they_gave(tmp_path: Path) -> None:
+    async with kernel(tmp_path, asking()) as k:
+        await asked(k)
+        await k.client.answer("s1", "a1", "q1", "blue", by="ops-bot", claimed_by="ops-lead")
+        await k.run()
+        settled = (await k.task("root.r1")).answers["q1"]
+        assert (settled.by, settled.claimed_by) == ("ops-bot", "ops-lead")
+
+
+@pytest.mark.parametrize("field", ["by", "claimed_by"])
+@pytest.mark.parametrize("name", [BY_DEADLINE, BY_KERNEL])
+def test_an_answer_cannot_name_the_deadline_or_the_kernel(field: str, name: str) -> None:
+    given = {"by": "ann", field: name}
+    with pytest.raises(InvalidInput) as refused:
+        answer_body("q1", "blue", given["by"], None, claimed_by=given.get("claimed_by"))
+    assert refused.value.details["field"] == field and name in refused.value.message
 
 
 def test_an_image_label_declares_that_calls_need_approval() -> None:
