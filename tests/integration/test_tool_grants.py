@@ -105,9 +105,11 @@ async def test_the_next_run_uses_the_current_revision(api: Api) -> None:
     seen: list[RunSpec] = []
     run = api.sandbox.run
 
-    async def recorded(spec: RunSpec, *, log: Capture | None = None) -> RunOutcome:
+    async def recorded(
+        spec: RunSpec, *, log: Capture | None = None, guard: Any = None
+    ) -> RunOutcome:
         seen.append(spec)
-        return await run(spec, log=log)
+        return await run(spec, log=log, guard=guard)
 
     api.sandbox.run = recorded  # type: ignore[method-assign]
     await api.run("op-1")
