@@ -8,17 +8,27 @@ the fleet page's Brain beats."""
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
+from brain.context import PhaseContext
+from brain.outcome import Done, PhaseOutcome, Sleep
+from brain.registry import Registry
 from bus import dispatch_subject
 from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.jetstream import DISPATCH_STREAM
 from coordination import redis_client
+from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
+from scheduler.service import Scheduler, SchedulerSettings
+from scheduler.turns import Turns
+from tests.support.kernel import Kernel, kernel, kind
 from tests.support.services import require
 from tests.support.skew import wall_clock_off_by
 from tests.support.toolpath import scratch_bus
@@ -51,6 +61,14 @@ async def _served(r: Redises, route: str) -> bool:
     return {b.route: b.served for b in await r.wakes.backlog()}.get(route, False)
 
 
+async def _sleep_a_minute(ctx: PhaseContext) -> PhaseOutcome:
+    return Sleep(until=ctx.now() + timedelta(minutes=1), next_phase="woken")
+
+
+async def _woken(ctx: PhaseContext) -> PhaseOutcome:
+    return Done()
+
+
 # -- the dispatch backlog's age ----------------------------------------------------------
 
 
@@ -67,3 +85,61 @@ async def test_the_dispatch_backlog_age_is_the_nats_servers_time_since_publicati
             bound = await dispatch_backlog(bus)
     assert unbound.pending == 1 and 0 <= unbound.oldest_age < 60
     assert bound.pending == 1 and 0 <= bound.oldest_age < 60
+
+
+# -- the audit's slice of quiet sessions -------------------------------------------------
+
+
+async def test_schedulers_whose_clocks_differ_read_each_slice_of_quiet_sessions_in_turn(
+    tmp_path: Path, redis: Redises
+) -> None:
+    """Three periodic audits, by two schedulers a period apart on their clocks, read
+    every quiet session once between them (before: a slice read twice, one never)."""
+    slices = 3
+    ids: dict[int, str] = {}
+    for n in range(100):
+        ids.setdefault(zlib.crc32(f"q{n}".encode()) % slices, f"q{n}")
+    registry = Registry()
+    registry.add(kind("nap", {"start": _sleep_a_minute, "woken": _woken}))
+    settings = SchedulerSettings(quiet_slices=slices, reconcile_every=timedelta(minutes=10))
+    period = settings.reconcile_every.total_seconds()  # type: ignore[union-attr]
+    async with kernel(tmp_path, registry) as k:
+        for session_id in ids.values():
+            await k.submit_task("nap", session_id=session_id)
+            handle = await k.store.session(session_id)
+            assert await k.store.index.quiet(session_id, seq=handle.state.seq)
+        await _stale_marks(k, list(ids.values()))
+        leases = RedisLeases(redis.client, prefix=redis.prefix)
+        turns = Turns(redis.client, prefix=redis.prefix)
+        one, other = (
+            Scheduler(
+                store=k.store,
+                bus=None,
+                wakes=redis.wakes,
+                leases=leases,
+                turns=turns,
+                settings=settings,
+            )
+            for _ in range(2)
+        )
+        woken: list[str] = []
+        for scheduler, skew in ((one, 0.0), (other, period), (one, 0.0)):
+            with wall_clock_off_by(skew):
+                woken += await scheduler.reconcile(full=False)
+    assert sorted(woken) == sorted(ids.values())
+
+
+async def _stale_marks(k: Kernel, sessions: list[str]) -> None:
+    """A commit lands on each quiet session and its writer dies before taking the mark
+    back: stale marks, which only the audit's slices find."""
+    taking_back = k.store.index.unquiet
+
+    async def died(session_id: str) -> None:
+        return None
+
+    k.store.index.unquiet = died  # type: ignore[method-assign]
+    try:
+        for session_id in sessions:
+            await k.submit_task("nap", session_id=session_id, request_id="r2")
+    finally:
+        k.store.index.unquiet = taking_back  # type: ignore[method-assign]
