@@ -182,7 +182,6 @@ class BrainService:
                     "slots": self.concurrency,
                     "in_use": len(self._driving),
                     "leases": len(self._held),
-                    "beat_at": round(time.time(), 3),
                 }
                 await self.incarnations.beat(self.holder, self.runner.services.process, stats=stats)
             except StoreUnavailable as error:

@@ -7,14 +7,18 @@ the fleet page's Brain beats."""
 
 from __future__ import annotations
 
+import re
 import uuid
 import zlib
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from brain.context import PhaseContext
@@ -24,14 +28,17 @@ from bus import dispatch_subject
 from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.jetstream import DISPATCH_STREAM
 from coordination import redis_client
+from coordination.incarnations import RedisIncarnations
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
+from session_api.app import create_app
 from tests.support.kernel import Kernel, kernel, kind
 from tests.support.services import require
 from tests.support.skew import wall_clock_off_by
 from tests.support.toolpath import scratch_bus
+from webapi.auth import Access, Grant
 
 pytestmark = pytest.mark.redis
 
@@ -143,3 +150,46 @@ async def _stale_marks(k: Kernel, sessions: list[str]) -> None:
             await k.submit_task("nap", session_id=session_id, request_id="r2")
     finally:
         k.store.index.unquiet = taking_back  # type: ignore[method-assign]
+
+
+# -- the fleet page's Brain beats --------------------------------------------------------
+
+
+async def test_the_fleet_page_ages_a_brains_beat_on_redis_time(
+    tmp_path: Path, redis: Redises
+) -> None:
+    """A Brain whose clock is two minutes behind has just beaten: the fleet page shows a
+    fresh beat (before: "120 s ago — not beating: gone")."""
+    beats = RedisIncarnations(redis.client, prefix=redis.prefix)
+    stamp = datetime.now(UTC).timestamp() - 120  # what a Brain behind stamped its beat with
+    await beats.beat("brain-behind", "elsewhere pid 1", stats={"route": "r1", "beat_at": stamp})
+    grants = [Grant(name="reader", token=SecretStr(READER), access=Access.READ)]
+    async with _fleet_page(tmp_path, redis, grants) as page:
+        row = page.split('data-runner="brain-behind"', 1)[1].split("</tr>", 1)[0]
+    age = re.search(r"(\d+) s ago", row)
+    assert age is not None and int(age.group(1)) < 5 and "not beating" not in row, row
+
+
+@asynccontextmanager
+async def _fleet_page(tmp_path: Path, redis: Redises, grants: list[Grant]) -> AsyncIterator[str]:
+    from session_store import open_store
+
+    store = await open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    app = create_app(
+        store=store,
+        wakes=redis.wakes,
+        tokens=grants,
+        backlog=redis.wakes.backlog,
+        brains=redis.wakes.brains,
+    )
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api"
+        ) as http:
+            logged = await http.post("/console/login", data={"token": READER})
+            assert logged.status_code == 303, logged.text
+            answer = await http.get("/console/fleet")
+            assert answer.status_code == 200, answer.text
+            yield answer.text
+    finally:
+        await store.close()
