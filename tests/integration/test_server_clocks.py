@@ -30,10 +30,12 @@ from bus.jetstream import DISPATCH_STREAM
 from coordination import redis_client
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import RedisLeases
+from coordination.routes import Routes
 from coordination.wakes import RQWakes
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_api.app import create_app
+from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel, kind
 from tests.support.services import require
 from tests.support.skew import wall_clock_off_by
@@ -74,6 +76,40 @@ async def _sleep_a_minute(ctx: PhaseContext) -> PhaseOutcome:
 
 async def _woken(ctx: PhaseContext) -> PhaseOutcome:
     return Done()
+
+
+# -- route advertisements ----------------------------------------------------------------
+
+
+async def test_a_brain_whose_clock_is_behind_is_live_to_routers_whose_clock_is_ahead(
+    redis: Redises,
+) -> None:
+    """A Brain 20 s behind advertises; routers and the backlog 30 s ahead of Redis still
+    see its route live (before: never live, sessions reported blocked, served=0)."""
+    routes = Routes(redis.client, prefix=redis.prefix)
+    with wall_clock_off_by(-20):
+        route = await routes.advertise(["job@1"])
+    assert route in await routes.live()
+    with wall_clock_off_by(30):
+        assert route in await routes.live()
+        assert await _served(redis, route)
+
+
+async def test_a_dead_brains_route_lapses_on_redis_time_whatever_its_clock(
+    redis: Redises,
+) -> None:
+    """A Brain 30 s ahead advertises once and dies: its route lapses after the lifetime
+    (before: it stayed live for the lifetime plus 30 s)."""
+    routes = Routes(redis.client, prefix=redis.prefix, lifetime=0.3)
+    with wall_clock_off_by(30):
+        route = await routes.advertise(["job@1"])
+    assert route in await routes.live()
+    await assert_eventually(lambda: _gone(routes, route), within=5)
+    assert not await _served(redis, route)
+
+
+async def _gone(routes: Routes, route: str) -> bool:
+    return route not in await routes.live()
 
 
 # -- the dispatch backlog's age ----------------------------------------------------------
