@@ -36,7 +36,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 import zlib
 from collections import Counter
@@ -334,7 +333,7 @@ class Scheduler:
         while True:
             try:
                 if self.timer is not None:
-                    wait = await self.timer.next_in(time.time())
+                    wait = await self.timer.next_in()
                     if wait > 0:
                         await self.timer.wait(wait)
                         continue

@@ -21,17 +21,22 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
+import coordination.consumer
+import coordination.wakes
 from brain.context import PhaseContext
 from brain.outcome import Done, PhaseOutcome, Sleep
 from brain.registry import Registry
+from brain.service import BrainService
 from bus import dispatch_subject
 from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.jetstream import DISPATCH_STREAM
+from contracts import utcnow
 from coordination import redis_client
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import RedisLeases
 from coordination.routes import Routes
-from coordination.wakes import RQWakes
+from coordination.timer import LONGEST_WAIT, Timer
+from coordination.wakes import RQWakes, due_key
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_api.app import create_app
@@ -110,6 +115,63 @@ async def test_a_dead_brains_route_lapses_on_redis_time_whatever_its_clock(
 
 async def _gone(routes: Routes, route: str) -> bool:
     return route not in await routes.live()
+
+
+# -- delayed wakes and the scheduler's timer ---------------------------------------------
+
+
+async def test_a_scheduler_ahead_of_the_brain_promotes_a_delayed_wake_only_when_due(
+    redis: Redises,
+) -> None:
+    """A Brain asks for a wake in 10 s; a scheduler 30 s ahead neither promotes it nor
+    wakes up for it before then (before: it promoted at once, and the Brain, finding
+    nothing due, asked again — a hot loop for 30 s)."""
+    leases = RedisLeases(redis.client, prefix=redis.prefix)
+    timer = Timer(
+        redis.client,
+        prefix=redis.prefix,
+        due_key=due_key(redis.prefix),
+        held_key=leases.watch_key,
+    )
+    await redis.wakes.wake("s1", reason="timer", after=timedelta(seconds=10))
+    with wall_clock_off_by(30, coordination.wakes):
+        assert await redis.wakes.promote_due() == []
+        assert await timer.next_in() == LONGEST_WAIT
+    await redis.wakes.wake("s2", reason="timer", after=timedelta(seconds=0.2))
+    with wall_clock_off_by(-30, coordination.wakes):
+        await assert_eventually(lambda: _promoted(redis.wakes, "s2"), within=5)
+
+
+async def _promoted(wakes: RQWakes, session_id: str) -> bool:
+    return await wakes.promote_due() == [session_id]
+
+
+async def test_a_brain_ahead_asks_for_its_sleepers_wake_after_the_sleep_not_its_skew(
+    tmp_path: Path, redis: Redises
+) -> None:
+    """A Brain whose clock is 30 s ahead drives a task that sleeps a minute: the delayed
+    wake is due a minute from now on Redis's clock (before: 90 s — the due time, on the
+    Brain's clock, read as a moment on the scheduler's)."""
+    registry = Registry()
+    registry.add(kind("nap", {"start": _sleep_a_minute, "woken": _woken}))
+    async with kernel(tmp_path, registry) as k:
+        await k.submit_task("nap")
+        ahead = k.runner("brain-ahead", clock=lambda: utcnow() + timedelta(seconds=30))
+        service = BrainService(
+            runner=ahead,
+            leases=RedisLeases(redis.client, prefix=redis.prefix),
+            wakes=redis.wakes,
+            redis_url=redis.url,
+            concurrency=1,
+        )
+        try:
+            await service.drive("s1")
+        finally:
+            await service.shutdown()
+    score = await redis.client.zscore(due_key(redis.prefix), "s1")
+    seconds, micros = await redis.client.time()
+    assert score is not None
+    assert 50 < score - (seconds + micros / 1e6) <= 60
 
 
 # -- the dispatch backlog's age ----------------------------------------------------------
