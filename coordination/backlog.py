@@ -4,11 +4,13 @@ any Brain serves the route — the Brains' scaling and alerting signal.
 Read from Redis without any Brain running (an autoscaler must be able to scale from
 zero): the wake queues are RQ lists ``rq:queue:<prefix>-wakes-<route>``, listed in RQ's
 ``rq:queues`` set; the oldest job is the list's head (RQ pushes at the tail and pops the
-head) and its hash holds ``enqueued_at``, written by the enqueuer's clock and read
-against Redis's: good to the two clocks' agreement, enough to scale and to alert on,
-never used to decide anything. A route is *served* while a Brain's advertisement of it
-is live on Redis's clock (``coordination.routes``); a backlog on a route nobody serves
-does not shrink by adding Brains of the running build: it should page.
+head) and its hash holds ``bh_enqueued``, Redis's clock at the enqueue
+(``coordination.wakes``). The age is Redis's clock now minus that: no host's clock plays
+a part (invariant 17). A job queued by an older build has only RQ's ``enqueued_at``, its
+enqueuer's clock: its age is read against Redis's clock, good to the two clocks'
+agreement. A route is *served* while a Brain's advertisement of it is live on Redis's
+clock (``coordination.routes``); a backlog on a route nobody serves does not shrink by
+adding Brains of the running build: it should page.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import redis
 from contracts.model import Frozen
 from coordination.routes import live_at
 
+#: the job hash's field holding Redis's clock at the enqueue (``coordination.wakes``)
+ENQUEUED_FIELD = "bh_enqueued"
 _QUEUES = "rq:queues"
 _QUEUE_KEY = "rq:queue:"
 
@@ -70,16 +74,25 @@ def _ages(client: redis.Redis, heads: dict[str, str], now: float) -> dict[str, f
     meanwhile: 0)."""
     with client.pipeline(transaction=False) as pipe:
         for job in heads.values():
-            pipe.hget(f"rq:job:{job}", "enqueued_at")
+            pipe.hmget(f"rq:job:{job}", [ENQUEUED_FIELD, "enqueued_at"])
         stamps = pipe.execute()
     ages = {}
-    for route, stamp in zip(heads, stamps, strict=True):
-        at = _moment(stamp)
+    for route, (stamp, rq_stamp) in zip(heads, stamps, strict=True):
+        at = enqueued(stamp) or _moment(rq_stamp)
         ages[route] = max(0.0, now - at) if at is not None else 0.0
     return ages
 
 
+def enqueued(stamp: bytes | str | None) -> float | None:
+    """A job's ``bh_enqueued`` stamp (Redis's clock, seconds); None if it has none."""
+    try:
+        return float(_text(stamp)) if stamp else None
+    except ValueError:
+        return None
+
+
 def _moment(stamp: bytes | str | None) -> float | None:
+    """RQ's ``enqueued_at`` (the enqueuer's clock): only for a job from an older build."""
     if not stamp:
         return None
     try:

@@ -10,6 +10,9 @@
   scheduler's timer — turns the due ones into jobs. The asker gives a delay (a duration
   on its own clock); the due time is Redis's ``TIME`` plus it, and ``promote_due``
   compares with ``TIME`` again: no host's clock meets another's (invariant 17).
+* A job's hash holds ``bh_enqueued``, Redis's ``TIME`` when it was queued, for the
+  backlog's age (``coordination.backlog``) and the wait of a wake
+  (``coordination.consumer``); RQ's ``enqueued_at`` is the enqueuer's clock, for ``rq``.
 * ``coordination.consumer.WakeConsumer`` takes the jobs inside a Brain: one blocking
   dequeue for the whole Brain, three commands per wake, instead of RQ's worker and its
   per-job bookkeeping.
@@ -35,7 +38,7 @@ from rq.serializers import JSONSerializer
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
 from coordination.attention import Attention
-from coordination.backlog import RouteBacklog, wake_backlog
+from coordination.backlog import ENQUEUED_FIELD, RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
 from coordination.timer import timer_key
 
@@ -44,6 +47,14 @@ JOB_FUNCTION = "coordination.wakes.drive_session"
 # Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
 # (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
 _PENDING_TTL_S = 5
+# KEYS: job hash, queue list. ARGV: job id, stamp field. Stamps the job with Redis's
+# clock ("<seconds>.<micros>") and queues it.
+_STAMP_AND_PUSH = """
+pcall(redis.replicate_commands)
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], ARGV[2], t[1] .. '.' .. string.format('%06d', tonumber(t[2])))
+redis.call('RPUSH', KEYS[2], ARGV[1])
+"""
 # KEYS: due set, timer list. ARGV: session id, delay (seconds). Due at Redis's clock plus
 # the delay; LT: a session keeps its earliest due time. The timer list is signalled (the
 # scheduler may be waiting past the new due time: ``coordination.timer``).
@@ -176,9 +187,11 @@ class RQWakes:
                 result_ttl=600,
                 failure_ttl=86400,
             )
-            job.enqueued_at = datetime.now(UTC)
+            job.enqueued_at = datetime.now(UTC)  # for rq's tools (this host's clock)
             job.save(pipeline=pipe)
-            queue.push_job_id(job.id, pipeline=pipe)
+            # EVAL, not EVALSHA: a script in a pipeline costs redis-py a SCRIPT EXISTS
+            # round trip on every execute
+            pipe.eval(_STAMP_AND_PUSH, 2, job.key, queue.key, job.id, ENQUEUED_FIELD)
             pipe.execute()
 
     def _later(self, session_id: str, delay: float) -> None:

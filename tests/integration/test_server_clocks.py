@@ -7,6 +7,7 @@ the fleet page's Brain beats."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 import zlib
@@ -32,14 +33,17 @@ from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.jetstream import DISPATCH_STREAM
 from contracts import utcnow
 from coordination import redis_client
+from coordination.consumer import WakeConsumer
 from coordination.incarnations import RedisIncarnations
 from coordination.leases import RedisLeases
 from coordination.routes import Routes
 from coordination.timer import LONGEST_WAIT, Timer
 from coordination.wakes import RQWakes, due_key
+from runtime.cancellation import cancel_and_wait
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_api.app import create_app
+from session_store import open_store
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel, kind
 from tests.support.services import require
@@ -174,6 +178,66 @@ async def test_a_brain_ahead_asks_for_its_sleepers_wake_after_the_sleep_not_its_
     assert 50 < score - (seconds + micros / 1e6) <= 60
 
 
+# -- the wake backlog's age, and a wake's wait -------------------------------------------
+
+
+async def test_the_wake_backlog_age_is_redis_time_since_the_enqueue(
+    redis: Redises,
+) -> None:
+    """Wakes queued by a host an hour behind, read by a host an hour ahead: the oldest is
+    seconds old (before: two hours)."""
+    with wall_clock_off_by(-3600, coordination.wakes):
+        await redis.wakes.wake("s1", reason="test")
+    with wall_clock_off_by(3600):
+        (backlog,) = await redis.wakes.backlog()
+    assert backlog.waiting == 1
+    assert 0 <= backlog.oldest_age_s < 60
+
+
+async def test_a_wakes_wait_is_measured_on_redis_time(redis: Redises) -> None:
+    """A wake queued by a host an hour behind, started by a Brain an hour ahead after
+    seconds: its metric says seconds (before: two hours)."""
+    waits: list[float] = []
+
+    class Heard:
+        def wake_started(self, waited: float) -> None:
+            waits.append(waited)
+
+        def wake_refused(self, reason: str) -> None:
+            raise AssertionError(reason)
+
+    async def drive(session_id: str) -> str:
+        return "driven"
+
+    failures = redis_client.connect_sync(redis.url)
+    taking = redis_client.connect(redis.url)
+    consumer = WakeConsumer(
+        taking,
+        failures,
+        prefix=redis.prefix,
+        route=redis.wakes.route,
+        slots=1,
+        drive=drive,
+        observer=Heard(),
+    )
+    with wall_clock_off_by(-3600, coordination.wakes):
+        await redis.wakes.wake("s1", reason="test")
+    running = asyncio.create_task(consumer.run())
+    try:
+        with wall_clock_off_by(3600, coordination.consumer):
+            await assert_eventually(lambda: _heard(waits), within=10)
+    finally:
+        consumer.stop()
+        await cancel_and_wait(running)
+        await taking.aclose()
+        failures.close()
+    assert 0 <= waits[0] < 60
+
+
+async def _heard(waits: list[float]) -> bool:
+    return bool(waits)
+
+
 # -- the dispatch backlog's age ----------------------------------------------------------
 
 
@@ -270,8 +334,6 @@ async def test_the_fleet_page_ages_a_brains_beat_on_redis_time(
 
 @asynccontextmanager
 async def _fleet_page(tmp_path: Path, redis: Redises, grants: list[Grant]) -> AsyncIterator[str]:
-    from session_store import open_store
-
     store = await open_store(f"sqlite:///{tmp_path / 'fleet.db'}")
     app = create_app(
         store=store,
