@@ -182,7 +182,6 @@ class BrainService:
                     "slots": self.concurrency,
                     "in_use": len(self._driving),
                     "leases": len(self._held),
-                    "beat_at": round(time.time(), 3),
                 }
                 await self.incarnations.beat(self.holder, self.runner.services.process, stats=stats)
             except StoreUnavailable as error:
@@ -293,7 +292,9 @@ class BrainService:
         self.reports.append(report)
         self.drives += 1
         if report.next_wake_at is not None and not report.fenced:
-            await self.wakes.wake(report.session_id, reason="timer", at=report.next_wake_at)
+            # a delay, by the clock that set the due time: Redis adds it to its own
+            after = report.next_wake_at - self.runner.services.clock()
+            await self.wakes.wake(report.session_id, reason="timer", after=after)
         if report.awaiting and not report.fenced:
             await self.wakes.attention.watch(report.session_id, after=self.watch_after)
         if report.active and not report.fenced:

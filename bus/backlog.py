@@ -5,17 +5,24 @@ Two are read: the dispatch work queue (the Hands' shared consumer) and the resul
 stream (the schedulers' shared consumer). Both the Hands and the scheduler report the
 dispatch backlog (the scheduler runs when no Hands does, so an autoscaler can scale the
 Hands from zero); the scheduler reports the results backlog (results no wake has been
-asked for yet: Brains apply nothing of them until it is worked off). Ages compare the
-server's publish timestamp with this host's clock: a scaling signal, never a decision.
+asked for yet: Brains apply nothing of them until it is worked off).
+
+Ages are the server's own: the stream's ``STREAM.INFO`` answer carries the server's time
+(``ts``; nats-py drops it, so the request is made raw here), and a message's time is
+the one the server stamped it with. In a cluster both come from the stream's leader
+(which stamps its messages), so this host's clock plays no part (invariant 17). A
+server too old to send ``ts`` gives no age (NaN: 0 in a beat).
 """
 
 from __future__ import annotations
 
+import json
 import math
-import time
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime
+from typing import Any, Final
 
+import nats.errors
 import nats.js.errors
 
 from bus.jetstream import DISPATCH_STREAM, RESULTS_STREAM, Bus
@@ -25,6 +32,9 @@ from contracts.fleet import QueueBacklog
 HANDS_CONSUMER: Final = "hands"
 #: The durable consumer every scheduler shares (``scheduler.service`` binds it).
 SCHEDULER_CONSUMER: Final = "scheduler"
+#: the JetStream API's subject prefix (``Bus`` uses nats-py's default) and its timeout
+_API: Final = "$JS.API"
+_API_TIMEOUT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -59,26 +69,54 @@ async def _read(bus: Bus, name: str, consumer: str) -> Backlog:
     unacknowledged message is the first after its ack floor (acknowledged dispatches
     are removed from the work queue; results stay until the stream's limits drop them)."""
     stream = bus.stream(name)
+    answer = await _stream_info(bus, stream)
+    now, state = _moment(answer.get("ts")), answer.get("state") or {}
     try:
         info = await bus.js.consumer_info(stream, consumer)
     except nats.js.errors.NotFoundError:
-        state = (await bus.js.stream_info(stream)).state
-        oldest = await _age(bus, stream, state.first_seq) if state.messages else 0.0
-        return Backlog(float(state.messages), 0.0, oldest)
+        messages = float(state.get("messages") or 0)
+        oldest = _since(_moment(state.get("first_ts")), now) if messages else 0.0
+        return Backlog(messages, 0.0, oldest)
     pending, ack_pending = float(info.num_pending or 0), float(info.num_ack_pending or 0)
     if not pending and not ack_pending:
         return Backlog(0.0, 0.0, 0.0)
     floor = info.ack_floor.stream_seq if info.ack_floor and info.ack_floor.stream_seq else 0
-    return Backlog(pending, ack_pending, await _age(bus, stream, floor + 1))
+    return Backlog(pending, ack_pending, await _age(bus, stream, floor + 1, now))
 
 
-async def _age(bus: Bus, stream: str, seq: int) -> float:
-    """Seconds since the first message at or after ``seq`` was published, by the server's
-    timestamp and this host's clock (0: none left; NaN: no timestamp)."""
+async def _stream_info(bus: Bus, stream: str) -> dict[str, Any]:
+    """The server's raw ``STREAM.INFO`` answer (with ``ts``), its errors raised as
+    nats-py raises them (``NotFoundError``...)."""
+    try:
+        reply = await bus.nc.request(f"{_API}.STREAM.INFO.{stream}", b"", timeout=_API_TIMEOUT_S)
+    except nats.errors.NoRespondersError:
+        raise nats.js.errors.ServiceUnavailableError from None
+    answer: dict[str, Any] = json.loads(reply.data)
+    if "error" in answer:
+        nats.js.errors.APIError.from_error(answer["error"])  # raises
+    return answer
+
+
+async def _age(bus: Bus, stream: str, seq: int, now: float) -> float:
+    """Seconds from the server's stamp on the first message at or after ``seq`` to
+    ``now``, the server's time (0: none left; NaN: no timestamp)."""
     try:
         first = await bus.js.get_msg(stream, seq=max(seq, 1), next=True)
     except nats.js.errors.NotFoundError:
         return 0.0  # taken meanwhile
-    if first.time is None:
+    return _since(first.time.timestamp() if first.time is not None else math.nan, now)
+
+
+def _since(then: float, now: float) -> float:
+    """``now - then`` (both the server's clock), at least 0; NaN if either is unknown."""
+    return max(0.0, now - then) if not (math.isnan(then) or math.isnan(now)) else math.nan
+
+
+def _moment(stamp: object) -> float:
+    """An RFC 3339 time of the server's (nanoseconds allowed) in seconds; NaN if absent."""
+    if not isinstance(stamp, str):
         return math.nan
-    return max(0.0, time.time() - first.time.timestamp())
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return math.nan

@@ -4,23 +4,26 @@ any Brain serves the route — the Brains' scaling and alerting signal.
 Read from Redis without any Brain running (an autoscaler must be able to scale from
 zero): the wake queues are RQ lists ``rq:queue:<prefix>-wakes-<route>``, listed in RQ's
 ``rq:queues`` set; the oldest job is the list's head (RQ pushes at the tail and pops the
-head) and its hash holds ``enqueued_at``, written by the enqueuer's clock. The age is
-therefore measured across two hosts' clocks: good to a second or so, enough to scale
-and to alert on, never used to decide anything. A route is *served* while a Brain's
-advertisement of it is live (``coordination.routes``); a backlog on a route nobody
-serves does not shrink by adding Brains of the running build: it should page.
+head) and its hash holds ``bh_enqueued``, Redis's clock at the enqueue
+(``coordination.wakes``). The age is Redis's clock now minus that: no host's clock plays
+a part (invariant 17). A job queued by an older build has only RQ's ``enqueued_at``, its
+enqueuer's clock: its age is read against Redis's clock, good to the two clocks'
+agreement. A route is *served* while a Brain's advertisement of it is live on Redis's
+clock (``coordination.routes``); a backlog on a route nobody serves does not shrink by
+adding Brains of the running build: it should page.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from datetime import UTC, datetime
 
 import redis
 
 from contracts.model import Frozen
+from coordination.routes import live_at
 
+#: the job hash's field holding Redis's clock at the enqueue (``coordination.wakes``)
+ENQUEUED_FIELD = "bh_enqueued"
 _QUEUES = "rq:queues"
 _QUEUE_KEY = "rq:queue:"
 
@@ -35,14 +38,17 @@ class RouteBacklog(Frozen):
     served: bool
 
 
-def wake_backlog(client: redis.Redis, prefix: str, now: float | None = None) -> list[RouteBacklog]:
+def wake_backlog(client: redis.Redis, prefix: str) -> list[RouteBacklog]:
     """Every route of ``prefix`` that has a wake queue or a live advertisement."""
-    now = time.time() if now is None else now
     head = f"{_QUEUE_KEY}{prefix}-wakes-"
-    queues = sorted(
-        name for name in (_text(raw) for raw in client.smembers(_QUEUES)) if name.startswith(head)
-    )
-    served = _served(client, prefix, now)
+    with client.pipeline(transaction=False) as pipe:
+        pipe.smembers(_QUEUES)
+        pipe.hgetall(f"{prefix}:routes")
+        pipe.time()
+        members, advertised, (seconds, micros) = pipe.execute()
+    now = seconds + micros / 1e6
+    queues = sorted(name for name in (_text(raw) for raw in members) if name.startswith(head))
+    served = set(live_at(advertised, now))
     routes = sorted({name.removeprefix(head) for name in queues} | served)
     with client.pipeline(transaction=False) as pipe:
         for route in routes:
@@ -63,32 +69,30 @@ def wake_backlog(client: redis.Redis, prefix: str, now: float | None = None) -> 
     ]
 
 
-def _served(client: redis.Redis, prefix: str, now: float) -> set[str]:
-    live = set()
-    for route, raw in client.hgetall(f"{prefix}:routes").items():
-        try:
-            until = float(json.loads(raw).get("until", 0))
-        except (ValueError, TypeError, AttributeError):
-            continue  # a malformed advertisement serves nothing
-        if until > now:
-            live.add(_text(route))
-    return live
-
-
 def _ages(client: redis.Redis, heads: dict[str, str], now: float) -> dict[str, float]:
-    """Seconds since each head job was enqueued (a job gone meanwhile: 0)."""
+    """Seconds since each head job was enqueued, by Redis's clock ``now`` (a job gone
+    meanwhile: 0)."""
     with client.pipeline(transaction=False) as pipe:
         for job in heads.values():
-            pipe.hget(f"rq:job:{job}", "enqueued_at")
+            pipe.hmget(f"rq:job:{job}", [ENQUEUED_FIELD, "enqueued_at"])
         stamps = pipe.execute()
     ages = {}
-    for route, stamp in zip(heads, stamps, strict=True):
-        at = _moment(stamp)
+    for route, (stamp, rq_stamp) in zip(heads, stamps, strict=True):
+        at = enqueued(stamp) or _moment(rq_stamp)
         ages[route] = max(0.0, now - at) if at is not None else 0.0
     return ages
 
 
+def enqueued(stamp: bytes | str | None) -> float | None:
+    """A job's ``bh_enqueued`` stamp (Redis's clock, seconds); None if it has none."""
+    try:
+        return float(_text(stamp)) if stamp else None
+    except ValueError:
+        return None
+
+
 def _moment(stamp: bytes | str | None) -> float | None:
+    """RQ's ``enqueued_at`` (the enqueuer's clock): only for a job from an older build."""
     if not stamp:
         return None
     try:

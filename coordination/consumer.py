@@ -44,6 +44,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from coordination.backlog import ENQUEUED_FIELD, enqueued
 from coordination.wakes import pending_key, refusal, wake_queue
 from runtime.cancellation import cancel_and_wait
 
@@ -60,6 +61,14 @@ LAG_LIMIT_S = 0.1
 #: how often the loop's lag is read (a timer of this length, and how late it fires)
 _LAG_EVERY_S = 0.05
 _FAILURE_TTL_S = 86400
+
+# KEYS: the job, the session's pending marker. Deletes both; Redis's clock (seconds).
+_TAKEN = """
+pcall(redis.replicate_commands)
+redis.call('DEL', KEYS[1], KEYS[2])
+local t = redis.call('TIME')
+return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+"""
 
 
 class WakeObserver(Protocol):
@@ -91,6 +100,7 @@ class WakeConsumer:
         """``client``: this consumer's own (its blocking dequeue holds a connection);
         ``failures``: a blocking client for RQ's failed registry (a rare path)."""
         self._client = client
+        self._taken_script = client.register_script(_TAKEN)
         self._queue = wake_queue(prefix, route, failures)
         self._prefix = prefix
         self._slots = asyncio.Semaphore(slots)
@@ -196,13 +206,14 @@ class WakeConsumer:
     async def _perform(self, job_id: str) -> None:
         try:
             try:
-                job = await self._read(job_id)
-                session_id = None if job is None else await self._taken(job)
+                read = await self._read(job_id)
+                session_id = None if read is None else await self._taken(*read)
             except (redis.RedisError, OSError) as error:
                 await self._give_back(job_id, error)
                 return
-            if job is None or session_id is None:  # refused, or gone under the queue
+            if read is None or session_id is None:  # refused, or gone under the queue
                 return
+            job = read[0]
             try:
                 await self._drive(session_id)
             except Exception as error:
@@ -220,8 +231,9 @@ class WakeConsumer:
         with contextlib.suppress(redis.RedisError, OSError):
             await self._client.lpush(self._queue.key, job_id)
 
-    async def _read(self, job_id: str) -> Job | None:
-        """The job, checked; a refused one goes to the failed registry."""
+    async def _read(self, job_id: str) -> tuple[Job, float | None] | None:
+        """The job, checked, and when it was queued (Redis's clock; None: not stamped);
+        a refused one goes to the failed registry."""
         job = Job(job_id, connection=self._queue.connection, serializer=JSONSerializer)
         raw = await self._client.hgetall(job.key)
         if not raw:
@@ -229,7 +241,7 @@ class WakeConsumer:
         job.restore(raw)
         refused = refusal(job)
         if refused is None:
-            return job
+            return job, enqueued(raw.get(ENQUEUED_FIELD.encode()))
         reason, detail = refused
         self.refused[reason] += 1
         if self._observer is not None:
@@ -238,14 +250,14 @@ class WakeConsumer:
         await self._fail(job, f"refused: {reason} ({detail})")
         return None
 
-    async def _taken(self, job: Job) -> str:
+    async def _taken(self, job: Job, queued: float | None) -> str:
         """The job's session; the job and the session's pending marker deleted now, so
-        a wake arriving during the drive queues a new job."""
+        a wake arriving during the drive queues a new job. Its wait is Redis's clock now
+        minus ``queued`` (a job queued by an older build, unstamped, is not measured)."""
         session_id = str(job.args[0])
-        await self._client.delete(job.key, pending_key(self._prefix, session_id))
-        if self._observer is not None and job.enqueued_at is not None:
-            waited = datetime.now(UTC) - job.enqueued_at.replace(tzinfo=UTC)
-            self._observer.wake_started(waited.total_seconds())
+        now = await self._taken_script(keys=[job.key, pending_key(self._prefix, session_id)])
+        if self._observer is not None and queued is not None:
+            self._observer.wake_started(max(0.0, float(now) - queued))
         return session_id
 
     async def _fail(self, job: Job, why: str) -> None:

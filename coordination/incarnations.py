@@ -122,13 +122,14 @@ class BrainBeat(Frozen):
     in_use: int = 0
     leases: int = 0
     beats: int = 0
-    #: its beat's wall-clock time (its host's clock: for display only)
-    beat_at: float = 0.0
+    #: seconds since its last beat, on Redis's clock: every beat sets the record's TTL
+    #: to ``RECORD_TTL``, so it is ``RECORD_TTL`` less the TTL left (None: no TTL)
+    age_s: float | None = None
 
 
 def brains(client: redis.Redis, prefix: str, *, limit: int = 500) -> list[BrainBeat]:
     """The Brain incarnations with a beat record (alive within ``RECORD_TTL``; a dead
-    one's record stays until it expires: see ``beat_at``), at most ``limit``."""
+    one's record stays until it expires: see ``age_s``), at most ``limit``."""
     keys: list[bytes] = []
     for key in client.scan_iter(match=f"{prefix}:incarnation:*", count=200):
         keys.append(key)
@@ -137,22 +138,25 @@ def brains(client: redis.Redis, prefix: str, *, limit: int = 500) -> list[BrainB
     with client.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.hgetall(key)
-        records = pipe.execute()
+            pipe.pttl(key)
+        answers = pipe.execute()
     found = []
     start = len(f"{prefix}:incarnation:")
-    for key, record in zip(keys, records, strict=True):
+    for key, record, left in zip(keys, answers[::2], answers[1::2], strict=True):
         fields = {_text(k) or "": _text(v) or "" for k, v in record.items()}
         numbers = {
-            name: float(fields[name]) if name == "beat_at" else int(fields[name])
-            for name in ("slots", "in_use", "leases", "beats", "beat_at")
-            if fields.get(name, "").replace(".", "", 1).isdigit()
+            name: int(fields[name])
+            for name in ("slots", "in_use", "leases", "beats")
+            if fields.get(name, "").isdigit()
         }
         runner = (_text(key) or "")[start:]
+        age = max(0.0, RECORD_TTL.total_seconds() - left / 1000) if left > 0 else None
         found.append(
             BrainBeat(
                 runner=runner,
                 process=fields.get("process", ""),
                 route=fields.get("route", ""),
+                age_s=age,
                 **numbers,
             )
         )

@@ -4,7 +4,7 @@ runnable work (wakes)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Protocol
 
 from contracts import LeaseLost
@@ -65,6 +65,7 @@ class WakeQueue(Protocol):
         """Raise when wakes cannot be queued now (readiness)."""
         ...
 
-    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
-        """Ask for a drive of ``session_id`` (now, or at ``at``); repeats coalesce."""
+    async def wake(self, session_id: str, *, reason: str, after: timedelta | None = None) -> None:
+        """Ask for a drive of ``session_id`` (now, or ``after`` from now: a duration,
+        since the queue's clock is not the asker's); repeats coalesce."""
         ...

@@ -7,14 +7,18 @@ open task, and of the root task a pending submission will create) and picks a li
 route that covers all of it. When none does, the session is reported blocked, with the
 reason, in its control document (where the Session API shows it) and no wake is
 queued; the reconciler asks again, so it runs as soon as a compatible Brain starts.
+
+An advertisement lives until a moment on Redis's clock (``TIME`` inside the script that
+writes it), and is live while Redis's clock, read in the same round trip as the
+advertisements, is before it: no host's clock is compared with another's (invariant 17),
+so a Brain whose clock is behind is still seen, and a dead one's route lapses on time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -35,6 +39,17 @@ def model_offers(model: str | None) -> tuple[str, ...]:
     return (ANY_MODEL, f"model:{model}") if model else ()
 
 
+# KEYS: the routes hash. ARGV: route id, its keys (a JSON list), lifetime (seconds). The
+# advertisement lives until Redis's clock plus the lifetime (seconds, as ``until``).
+_ADVERTISE = """
+pcall(redis.replicate_commands)
+local t = redis.call('TIME')
+local untl = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1],
+  '{"kinds": ' .. ARGV[2] .. ', "until": ' .. string.format('%.3f', untl) .. '}')
+"""
+
+
 def route_of(compatibility: Iterable[str]) -> str:
     """The route id of a set of kind@version keys (the same set, the same id)."""
     keys = sorted(set(compatibility))
@@ -49,31 +64,43 @@ class Routes:
     ) -> None:
         self._redis = client
         self._key = f"{prefix}:routes"
+        self._advertise = client.register_script(_ADVERTISE)
         #: how long an advertisement lives unless renewed (advertisers renew at a third)
         self.lifetime = lifetime
 
     async def advertise(self, compatibility: Iterable[str]) -> str:
         keys = sorted(set(compatibility))
         route = route_of(keys)
-        value = json.dumps({"kinds": keys, "until": time.time() + self.lifetime})
         try:
-            await self._redis.hset(self._key, route, value)
+            await self._advertise(keys=[self._key], args=[route, json.dumps(keys), self.lifetime])
         except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot advertise route {route}: {error}") from None
         return route
 
     async def live(self) -> dict[str, frozenset[str]]:
         try:
-            found = await self._redis.hgetall(self._key)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.time()
+                pipe.hgetall(self._key)
+                (seconds, micros), found = await pipe.execute()
         except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot read the routes: {error}") from None
-        now, routes = time.time(), {}
-        for route, raw in found.items():
+        return live_at(found, seconds + micros / 1e6)
+
+
+def live_at(advertised: Mapping[bytes | str, bytes | str], now: float) -> dict[str, frozenset[str]]:
+    """The advertisements of the routes hash that live at ``now`` (Redis's clock,
+    seconds): route id → its keys. A malformed one advertises nothing."""
+    routes = {}
+    for route, raw in advertised.items():
+        try:
             data = json.loads(raw)
-            if data.get("until", 0) > now:
-                name = route.decode() if isinstance(route, bytes) else str(route)
-                routes[name] = frozenset(data.get("kinds", ()))
-        return routes
+            until, kinds = float(data.get("until", 0)), frozenset(data.get("kinds", ()))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if until > now:
+            routes[route.decode() if isinstance(route, bytes) else str(route)] = kinds
+    return routes
 
 
 class SessionRouter:

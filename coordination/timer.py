@@ -5,20 +5,21 @@ Polling for due timers costs Redis commands every tick whether anything is due o
 instead the scheduler asks once when the earliest delayed wake (``<prefix>:wake:due``)
 and the earliest lease lapse (``<prefix>:leases:held``) are due, and waits on the timer
 list ``<prefix>:wake:timer`` (``BLPOP``) until then, at most ``LONGEST_WAIT`` seconds.
-What could come due sooner than that pushes to the list (``signal``): a delayed wake
+What could come due sooner than that pushes to the list: a delayed wake
 (``coordination.wakes``), and a new lease whose TTL is shorter than ``LONGEST_WAIT``
 (``coordination.leases``); a longer lease lapses after the scheduler's next look anyway.
 A lost signal (a scheduler restarting, several schedulers, one of them taking it) delays
 a timer by at most ``LONGEST_WAIT``; the list holds one item, so signals cost no memory.
 
-Lease lapses are in Redis's time; delayed wakes are due by the clock of the host that
-asked for them, compared with this host's (as ``RQWakes.promote_due`` does).
+Both are due by Redis's clock (``TIME``; a delayed wake's due time is Redis's clock
+plus the delay its asker gave), and the time left is reckoned against ``TIME`` inside
+the same script: this host's clock plays no part (invariant 17).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Final
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -30,30 +31,22 @@ LONGEST_WAIT: Final = 5.0
 #: a blocking wait ends this long before the client's read timeout would
 _READ_MARGIN: Final = 1.0
 
-# KEYS: due, held. Returns {earliest delayed wake's due time (host seconds) or false,
-# ms until the earliest lease lapse (server time) or false}.
+# KEYS: due (seconds), held (ms). Returns {ms until the earliest delayed wake or false,
+# ms until the earliest lease lapse or false}, both by Redis's clock.
 _NEXT = """
 local wake = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local due, left = false, false
-if wake[2] then due = wake[2] end
-if lease[2] then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  left = tostring(tonumber(lease[2]) - now)
-end
+if wake[2] then due = string.format('%.3f', tonumber(wake[2]) * 1000 - now) end
+if lease[2] then left = string.format('%.3f', tonumber(lease[2]) - now) end
 return {due, left}
 """
 
 
 def timer_key(prefix: str) -> str:
     return f"{prefix}:wake:timer"
-
-
-def signal(pipe: Any, prefix: str) -> None:
-    """Add "a timer moved" to ``pipe`` (a pipeline, sync or not): the list keeps one."""
-    pipe.lpush(timer_key(prefix), 1)
-    pipe.ltrim(timer_key(prefix), 0, 0)
 
 
 class Timer:
@@ -64,18 +57,17 @@ class Timer:
         self._next = client.register_script(_NEXT)
         self._longest = _longest_block(client)
 
-    async def next_in(self, now: float) -> float:
-        """Seconds until the earliest delayed wake or lease lapse is due (0: one is),
-        at most ``LONGEST_WAIT``; ``now`` is this host's time (for the delayed wakes)."""
+    async def next_in(self) -> float:
+        """Seconds until the earliest delayed wake or lease lapse is due by Redis's
+        clock (0: one is), at most ``LONGEST_WAIT``."""
         try:
-            due, left = await self._next(keys=self._keys)
+            found = await self._next(keys=self._keys)
         except RedisError as error:
             raise StoreUnavailable(f"cannot read the timers: {error}") from None
         wait = LONGEST_WAIT
-        if due:
-            wait = min(wait, float(due) - now)
-        if left:
-            wait = min(wait, float(left) / 1000)
+        for left in found:
+            if left:
+                wait = min(wait, float(left) / 1000)
         return max(0.0, wait)
 
     async def wait(self, seconds: float) -> bool:

@@ -7,7 +7,12 @@
   a new job, so no wake-up is lost in the instant between a drive and its release.
 * Delayed wakes (sleeping tasks, retry backoff) wait in a sorted set
   (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
-  scheduler's timer — turns the due ones into jobs.
+  scheduler's timer — turns the due ones into jobs. The asker gives a delay (a duration
+  on its own clock); the due time is Redis's ``TIME`` plus it, and ``promote_due``
+  compares with ``TIME`` again: no host's clock meets another's (invariant 17).
+* A job's hash holds ``bh_enqueued``, Redis's ``TIME`` when it was queued, for the
+  backlog's age (``coordination.backlog``) and the wait of a wake
+  (``coordination.consumer``); RQ's ``enqueued_at`` is the enqueuer's clock, for ``rq``.
 * ``coordination.consumer.WakeConsumer`` takes the jobs inside a Brain: one blocking
   dequeue for the whole Brain, three commands per wake, instead of RQ's worker and its
   per-job bookkeeping.
@@ -20,10 +25,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 from pydantic import TypeAdapter, ValidationError
@@ -34,15 +38,43 @@ from rq.serializers import JSONSerializer
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
 from coordination.attention import Attention
-from coordination.backlog import RouteBacklog, wake_backlog
+from coordination.backlog import ENQUEUED_FIELD, RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
-from coordination.timer import signal
+from coordination.timer import timer_key
 
 #: Job function path: what RQ records as the job's callable.
 JOB_FUNCTION = "coordination.wakes.drive_session"
 # Long enough to coalesce a burst; short, so a marker whose job a frozen Brain took
 # (SIGSTOP between taking it and clearing the marker) holds back new wakes briefly only.
 _PENDING_TTL_S = 5
+# KEYS: job hash, queue list. ARGV: job id, stamp field. Stamps the job with Redis's
+# clock ("<seconds>.<micros>") and queues it.
+_STAMP_AND_PUSH = """
+pcall(redis.replicate_commands)
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], ARGV[2], t[1] .. '.' .. string.format('%06d', tonumber(t[2])))
+redis.call('RPUSH', KEYS[2], ARGV[1])
+"""
+# KEYS: due set, timer list. ARGV: session id, delay (seconds). Due at Redis's clock plus
+# the delay; LT: a session keeps its earliest due time. The timer list is signalled (the
+# scheduler may be waiting past the new due time: ``coordination.timer``).
+_LATER = """
+pcall(redis.replicate_commands)
+local t = redis.call('TIME')
+local due = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'LT', string.format('%.6f', due), ARGV[1])
+redis.call('LPUSH', KEYS[2], 1)
+redis.call('LTRIM', KEYS[2], 0, 0)
+"""
+# KEYS: due set. Takes the members due by Redis's clock.
+_POP_DUE = """
+pcall(redis.replicate_commands)
+local t = redis.call('TIME')
+local now = string.format('%d.%06d', t[1], t[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+if #due > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
+return due
+"""
 
 
 def pending_key(prefix: str, session_id: str) -> str:
@@ -106,6 +138,8 @@ class RQWakes:
         self.router = router
         self._sync = redis_client.connect_sync(url)  # the password from its passfile
         self._queues: dict[str, Queue] = {}
+        self._later_script = self._sync.register_script(_LATER)
+        self._pop_due_script = self._sync.register_script(_POP_DUE)
         #: sessions the scheduler must look at again (``coordination.attention``)
         self.attention = Attention(self._sync, prefix=prefix)
 
@@ -120,10 +154,10 @@ class RQWakes:
         """Waiting wakes per route, the oldest one's age, and whether a Brain serves it."""
         return await asyncio.to_thread(wake_backlog, self._sync, self.prefix)
 
-    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
+    async def wake(self, session_id: str, *, reason: str, after: timedelta | None = None) -> None:
         try:
-            if at is not None and at.timestamp() > time.time():
-                await asyncio.to_thread(self._later, session_id, at.timestamp())
+            if after is not None and after > timedelta(0):
+                await asyncio.to_thread(self._later, session_id, after.total_seconds())
                 return
             route = self.route if self.router is None else await self.router(session_id)
             if route is not None:
@@ -153,35 +187,30 @@ class RQWakes:
                 result_ttl=600,
                 failure_ttl=86400,
             )
-            job.enqueued_at = datetime.now(UTC)
+            job.enqueued_at = datetime.now(UTC)  # for rq's tools (this host's clock)
             job.save(pipeline=pipe)
-            queue.push_job_id(job.id, pipeline=pipe)
+            # EVAL, not EVALSHA: a script in a pipeline costs redis-py a SCRIPT EXISTS
+            # round trip on every execute
+            pipe.eval(_STAMP_AND_PUSH, 2, job.key, queue.key, job.id, ENQUEUED_FIELD)
             pipe.execute()
 
-    def _later(self, session_id: str, when: float) -> None:
-        with self._sync.pipeline(transaction=False) as pipe:
-            # LT: a session keeps its earliest due time
-            pipe.zadd(due_key(self.prefix), {session_id: when}, lt=True)
-            signal(pipe, self.prefix)  # the scheduler may be waiting past ``when``
-            pipe.execute()
+    def _later(self, session_id: str, delay: float) -> None:
+        self._later_script(
+            keys=[due_key(self.prefix), timer_key(self.prefix)], args=[session_id, delay]
+        )
 
-    async def promote_due(self, now: float | None = None) -> list[str]:
-        """Turn due delayed wakes into wake jobs; the sessions woken."""
-        moment = time.time() if now is None else now
+    async def promote_due(self) -> list[str]:
+        """Turn the delayed wakes due by Redis's clock into wake jobs; the sessions woken."""
         try:
-            due = await asyncio.to_thread(self._pop_due, moment)
+            due = await asyncio.to_thread(self._pop_due)
             for session_id in due:
                 await self.wake(session_id, reason="timer")
         except redis.RedisError as error:
             raise StoreUnavailable(f"cannot promote due wakes: {error}") from None
         return due
 
-    def _pop_due(self, moment: float) -> list[str]:
-        key = due_key(self.prefix)
-        with self._sync.pipeline() as pipe:
-            pipe.zrangebyscore(key, "-inf", moment)
-            pipe.zremrangebyscore(key, "-inf", moment)
-            members, _ = pipe.execute()
+    def _pop_due(self) -> list[str]:
+        members = self._pop_due_script(keys=[due_key(self.prefix)])
         return [m.decode() for m in members]
 
     def close(self) -> None:

@@ -36,7 +36,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 import zlib
 from collections import Counter
@@ -204,7 +203,7 @@ class Scheduler:
         left out (they wait for a person, a child or a timer Redis holds:
         ``session_store.index``) but for this period's slice of them."""
         woken = []
-        verify = None if full else self._quiet_slice()
+        verify = None if full else await self.quiet_slice()
         async for session_id in self.store.active_sessions(verify=verify):
             handle = await self.store.session(session_id)
             if not handle.state.is_active:
@@ -219,15 +218,15 @@ class Scheduler:
         self.woken["reconcile"] += len(woken)
         return woken
 
-    def _quiet_slice(self) -> Callable[[str], bool]:
-        """Which quiet sessions this period's audit reads anyway: one of
-        ``quiet_slices`` by a hash of the id, turning with the period (this host's
-        clock: a hint), so each quiet mark is checked once every ``quiet_slices``
-        audits and a stale one (a crash between a commit and taking the mark back) is
-        found."""
+    async def quiet_slice(self) -> Callable[[str], bool]:
+        """Which quiet sessions this audit reads anyway: one of ``quiet_slices`` by a
+        hash of the id, the next one at each audit — counted in Redis across all
+        schedulers (``Turns.count``), by this one alone without turns; no clock — so
+        each quiet mark is checked once every ``quiet_slices`` audits and a stale one (a
+        crash between a commit and taking the mark back) is found."""
         slices = self.settings.quiet_slices
-        every = (self.settings.reconcile_every or timedelta(minutes=10)).total_seconds()
-        turn = int(time.time() / every) % slices
+        count = self.passes if self.turns is None else await self.turns.count("quiet-slice")
+        turn = count % slices
 
         def verify(session_id: str) -> bool:
             return zlib.crc32(session_id.encode()) % slices == turn
@@ -334,7 +333,7 @@ class Scheduler:
         while True:
             try:
                 if self.timer is not None:
-                    wait = await self.timer.next_in(time.time())
+                    wait = await self.timer.next_in()
                     if wait > 0:
                         await self.timer.wait(wait)
                         continue

@@ -8,6 +8,8 @@ first scheduler to ask within a period does the work, the others skip it. A turn
 never released early: it lapses, so when its holder dies the next one to ask after
 ``hold`` takes over. A scheduler that just started claims the turn outright and does
 its first pass at once (it may have been restarted because something was lost).
+A count of a piece of work (``count``: ``INCR <prefix>:turn:<work>:count``) tells
+which round of it this is across all schedulers, whatever their clocks.
 Redis errors become ``StoreUnavailable`` here and nowhere else.
 """
 
@@ -41,6 +43,17 @@ class Turns:
         """Take the turn whoever has it (a scheduler just started does its first pass
         at once): the others skip theirs for ``hold``."""
         await self._set(work, holder, hold, only_if_free=False)
+
+    async def count(self, work: str) -> int:
+        """The next round of ``work`` across all schedulers: 1, 2, 3... (from 1 again
+        after Redis lost its data)."""
+        try:
+            return int(await self._client.incr(f"{self.key(work)}:count"))
+        except (RedisError, OSError) as error:
+            raise StoreUnavailable(
+                f"Redis failed to count the {work} rounds: {type(error).__name__}: {error}",
+                work=work,
+            ) from error
 
     async def _set(self, work: str, holder: str, hold: timedelta, *, only_if_free: bool) -> bool:
         millis = int(hold.total_seconds() * 1000)

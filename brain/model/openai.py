@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
@@ -156,7 +156,7 @@ class OpenAIChatClient:
         status = response.status_code
         where = {**self._where(request_id), "status": status}
         text = self._error_text(response)
-        wait = retry_after(response.headers.get("retry-after"))
+        wait = retry_after(response.headers.get("retry-after"), response.headers.get("date"))
         if wait is not None:
             where["retry_after"] = wait
         if status == 429:
@@ -180,26 +180,35 @@ class OpenAIChatClient:
 MAX_RETRY_AFTER: Final = 3600.0
 
 
-def retry_after(header: str | None) -> float | None:
-    """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date, read
-    against this host's clock), bounded by ``MAX_RETRY_AFTER``; None when absent or
-    unreadable."""
+def retry_after(header: str | None, date: str | None = None) -> float | None:
+    """Seconds a Retry-After header asks to wait, bounded by ``MAX_RETRY_AFTER``: its
+    delta-seconds, or its HTTP date less the response's own ``Date`` — both the server's
+    clock, never compared with this host's (invariant 17). None when absent, unreadable,
+    or a date without a ``Date`` to read it against (the caller's own backoff applies)."""
     if header is None or not header.strip():
         return None
     text = header.strip()
     try:
         seconds = float(text)
     except ValueError:
-        try:
-            moment = parsedate_to_datetime(text)
-        except (TypeError, ValueError):
+        moment, sent = _http_date(text), _http_date(date)
+        if moment is None or sent is None:
             return None
-        if moment.tzinfo is None:
-            return None
-        seconds = (moment - datetime.now(UTC)).total_seconds()
+        seconds = (moment - sent).total_seconds()
     if seconds != seconds:  # NaN
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _http_date(text: str | None) -> datetime | None:
+    """An HTTP date with its zone; None if absent or unreadable."""
+    if not text:
+        return None
+    try:
+        moment = parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _wire_message(message: ChatMessage) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -360,7 +359,6 @@ def console_router(
             },
             hands_problem=hands_problem,
             streams=_streams(hands, schedulers),
-            now=time.time(),
             utcnow=utcnow(),
         )
 

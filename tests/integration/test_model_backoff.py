@@ -62,4 +62,7 @@ def test_retry_after_reads_seconds_and_dates_and_bounds_them() -> None:
     assert retry_after("7") == 7 and retry_after(" 0 ") == 0
     assert retry_after("-3") == 0 and retry_after("999999") == 3600
     assert retry_after(None) is None and retry_after("soon") is None and retry_after("nan") is None
-    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0  # in the past
+    sent = "Wed, 21 Oct 2015 07:28:00 GMT"  # the response's Date: the server's clock
+    assert retry_after("Wed, 21 Oct 2015 07:28:30 GMT", sent) == 30
+    assert retry_after("Wed, 21 Oct 2015 07:27:00 GMT", sent) == 0  # in the past
+    assert retry_after("Wed, 21 Oct 2015 07:28:30 GMT") is None  # no Date to read it by

@@ -303,16 +303,15 @@ async def test_each_due_timer_becomes_one_wake_whichever_scheduler_finds_it(
     tmp_path: Path,
 ) -> None:
     """Three schedulers look for due timers every 10 ms: each delayed wake is promoted by
-    exactly one of them (the due set is read and trimmed in one transaction)."""
+    exactly one of them (the due set is read and trimmed in one script)."""
     url = require("BH_REDIS_URL", "Redis")
     prefix = f"t{uuid.uuid4().hex[:8]}"
     location = new_location("sqlite", tmp_path)[0]
     store = await location.open()
     sessions = [f"s{n}" for n in range(60)]
     setter = RQWakes(url, prefix=prefix)
-    due = utcnow() + timedelta(seconds=0.5)
     for session_id in sessions:
-        await setter.wake(session_id, reason="timer", at=due)
+        await setter.wake(session_id, reason="timer", after=timedelta(seconds=0.5))
     settings = SchedulerSettings(timer_every=timedelta(milliseconds=10), reconcile_every=None)
     async with AsyncExitStack() as stack:
         fleet = []

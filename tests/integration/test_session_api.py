@@ -15,7 +15,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ class RecordingWakes:
         if self.fail:
             raise StoreUnavailable("redis is down")
 
-    async def wake(self, session_id: str, *, reason: str, at: datetime | None = None) -> None:
+    async def wake(self, session_id: str, *, reason: str, after: timedelta | None = None) -> None:
         if self.fail:
             raise StoreUnavailable("redis is down")
         self.calls.append((session_id, reason))

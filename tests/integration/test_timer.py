@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -53,13 +53,12 @@ async def parts() -> AsyncIterator[Parts]:
 
 async def test_nothing_due_waits_the_longest_and_a_delayed_wake_signals() -> None:
     async with parts() as p:
-        assert await p.timer.next_in(time.time()) == LONGEST_WAIT
+        assert await p.timer.next_in() == LONGEST_WAIT
         started = time.monotonic()
         assert not await p.timer.wait(0.3)  # no signal: the whole wait
         assert time.monotonic() - started >= 0.29
-        at = datetime.now(UTC) + timedelta(seconds=2)
-        await p.wakes.wake("s1", reason="retry", at=at)
-        assert 1.5 < await p.timer.next_in(time.time()) <= 2.0
+        await p.wakes.wake("s1", reason="retry", after=timedelta(seconds=2))
+        assert 1.5 < await p.timer.next_in() <= 2.0
         started = time.monotonic()
         assert await p.timer.wait(LONGEST_WAIT)  # the wake signalled
         assert time.monotonic() - started < 0.5
@@ -70,10 +69,10 @@ async def test_a_short_lease_signals_and_a_long_one_does_not() -> None:
     async with parts() as p:
         await p.leases.acquire("long", "brain-a", ttl=timedelta(seconds=30))
         assert not await p.timer.wait(0.2)
-        assert await p.timer.next_in(time.time()) == LONGEST_WAIT  # lapses after a look
+        assert await p.timer.next_in() == LONGEST_WAIT  # lapses after a look
         await p.leases.acquire("short", "brain-a", ttl=timedelta(seconds=1))
         assert await p.timer.wait(0.2)
-        assert 0.5 < await p.timer.next_in(time.time()) <= 1.0
+        assert 0.5 < await p.timer.next_in() <= 1.0
 
 
 async def test_a_waiting_scheduler_fires_a_timer_due_before_its_longest_wait(
@@ -89,7 +88,7 @@ async def test_a_waiting_scheduler_fires_a_timer_due_before_its_longest_wait(
         try:
             await asyncio.sleep(0.5)  # asleep now, with nothing due
             asked = time.monotonic()
-            await p.wakes.wake("s1", reason="retry", at=datetime.now(UTC) + timedelta(seconds=0.5))
+            await p.wakes.wake("s1", reason="retry", after=timedelta(seconds=0.5))
             while not scheduler.woken["timer"]:
                 assert time.monotonic() - asked < LONGEST_WAIT - 1, "the timer fired late"
                 await asyncio.sleep(0.02)
@@ -107,7 +106,7 @@ async def test_the_longest_wait_ends_quietly_on_a_client_with_the_default_read_t
     connection and a new one (``HELLO`` + ``AUTH``) for each."""
     async with parts() as p:
         started = time.monotonic()
-        assert not await p.timer.wait(await p.timer.next_in(time.time()))
+        assert not await p.timer.wait(await p.timer.next_in())
         assert time.monotonic() - started >= LONGEST_WAIT - 1.5
         first = _sockets(p.client)
         assert not await p.timer.wait(LONGEST_WAIT)
