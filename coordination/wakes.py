@@ -7,7 +7,8 @@
   a new job, so no wake-up is lost in the instant between a drive and its release.
 * Delayed wakes (sleeping tasks, retry backoff) wait in a sorted set
   (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
-  scheduler's timer — turns the due ones into jobs.
+  scheduler's timer — turns the due ones into jobs (a member that is not a session id is
+  dropped, counted in ``due_refused`` and logged once).
 * ``coordination.consumer.WakeConsumer`` takes the jobs inside a Brain: one blocking
   dequeue for the whole Brain, three commands per wake, instead of RQ's worker and its
   per-job bookkeeping.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -33,7 +35,7 @@ from rq.serializers import JSONSerializer
 
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
-from coordination.attention import Attention
+from coordination.attention import Attention, session_ids
 from coordination.backlog import RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
 from coordination.timer import signal
@@ -108,6 +110,8 @@ class RQWakes:
         self._queues: dict[str, Queue] = {}
         #: sessions the scheduler must look at again (``coordination.attention``)
         self.attention = Attention(self._sync, prefix=prefix)
+        #: members of the due set dropped as they came due, by reason (not session ids)
+        self.due_refused: Counter[str] = Counter()
 
     async def check(self) -> None:
         await asyncio.to_thread(self._sync.ping)
@@ -182,7 +186,7 @@ class RQWakes:
             pipe.zrangebyscore(key, "-inf", moment)
             pipe.zremrangebyscore(key, "-inf", moment)
             members, _ = pipe.execute()
-        return [m.decode() for m in members]
+        return session_ids(members, self.due_refused, where="due set")
 
     def close(self) -> None:
         self._sync.close()
