@@ -60,7 +60,7 @@ def refusal_of(error: ValidationError) -> tuple[str, str]:
     the field and shows a short excerpt of the value, never the whole of it."""
     problem = error.errors(include_url=False)[0]
     where = ".".join(str(part) for part in problem["loc"]) or "(message)"
-    reason = "invalid_id" if where in _ID_FIELDS else "malformed"
+    reason = "invalid_id" if where in _ID_FIELDS and problem["type"] != "missing" else "malformed"
     return reason, f"{where}: {problem['msg'][:80]} (got {excerpt(problem.get('input'))})"
 
 

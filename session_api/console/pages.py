@@ -203,7 +203,11 @@ def console_router(
             path="/",
         )
         response.delete_cookie(  # its form is spent
-            LOGIN_COOKIE, path=COOKIE.login, httponly=True, samesite="strict"
+            LOGIN_COOKIE,
+            path=COOKIE.login,
+            secure=secure(request),
+            httponly=True,
+            samesite="strict",
         )
         return response
 

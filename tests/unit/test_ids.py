@@ -71,7 +71,13 @@ def test_every_id_form_in_use_still_validates(good: str) -> None:
 
 
 def test_a_message_of_another_shape_is_malformed_not_an_id_problem() -> None:
-    for data in (b"not json", b"[]", json.dumps(dispatch(tool_version=0)).encode()):
+    without_session = {k: v for k, v in dispatch().items() if k != "session_id"}
+    for data in (
+        b"not json",
+        b"[]",
+        json.dumps(dispatch(tool_version=0)).encode(),
+        json.dumps(without_session).encode(),
+    ):
         with pytest.raises(ValidationError) as refused:
             Dispatch.model_validate_json(data)
         assert refusal_of(refused.value)[0] == "malformed"
