@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.requests import ClientDisconnect
 
-from contracts.errors import TooManyRequests
+from contracts.errors import BrainhandsError, ErrorInfo, TooManyRequests
 from session_api.stream import HeldStream, StreamSettings, StreamSlots
 
 
@@ -54,3 +54,10 @@ async def test_a_response_that_never_started_gives_its_slot_back() -> None:
         await response(scope, receive, send)
     assert slots.open == 0 and not started
     slots.reserve("a")  # the token's one slot is free again
+
+
+def test_a_client_reads_the_refusal_back_as_retryable() -> None:
+    """``bh watch`` (``SessionApiClient.follow``) retries what is retryable."""
+    info = ErrorInfo(code="too_many_requests", message="m", details={"retry_after": 5})
+    error = BrainhandsError.from_info(info)
+    assert isinstance(error, TooManyRequests) and error.retryable
