@@ -37,6 +37,7 @@ session's operation); reloading does not change the answer.
     ├── FencedError                      fenced               terminal for that lease
     ├── LeaseLost                        lease_lost           terminal for that lease
     ├── StoreUnavailable                 store_unavailable    retryable
+    ├── TooManyRequests                  too_many_requests    retryable (after retry_after s)
     ├── SandboxTimeout                   sandbox_timeout      terminal for that run
     ├── ToolFailed                       tool_failed          terminal for that run
     ├── OutcomeUnknown                   outcome_unknown      verify before any retry
@@ -210,6 +211,15 @@ class LeaseLost(BrainhandsError):
 
 class StoreUnavailable(BrainhandsError):
     code = "store_unavailable"
+    retryable = True
+
+
+class TooManyRequests(BrainhandsError):
+    """A limit on what one caller (or everyone) may hold at once is reached, e.g. the
+    event streams open per token: retry after ``details["retry_after"]`` seconds (HTTP
+    429 with ``Retry-After``)."""
+
+    code = "too_many_requests"
     retryable = True
 
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from contracts.model import AwareDatetime, Frozen, utcnow
+from contracts.model import AwareDatetime, Frozen, OperationId, SessionId, TaskId, utcnow
 from contracts.operation import ReplayPolicy
 from contracts.question import ApprovalRule
 
@@ -209,14 +209,16 @@ class Dispatch(Frozen):
     """``tools.dispatch``: run an operation, committed as the operation's intent.
 
     The message id on the bus is ``operation_id``: a repeat is the same operation, never
-    a second action. (Queries are the Hands' own recovery and verify steps.)
+    a second action. (Queries are the Hands' own recovery and verify steps.) Its ids are
+    identifiers (``contracts.model``), as on every message of the bus: one with another
+    id can never become valid, and its door refuses it once.
     """
 
     v: Literal[1] = 1
     type: Literal["dispatch"] = "dispatch"
-    operation_id: str
-    session_id: str
-    task_id: str | None = None
+    operation_id: OperationId
+    session_id: SessionId
+    task_id: TaskId | None = None
     tool: ToolName
     tool_version: int = Field(ge=1)
     args: Any = None
@@ -233,12 +235,12 @@ class Cancellation(Frozen):
 
     v: Literal[1] = 1
     type: Literal["cancel"] = "cancel"
-    operation_id: str
-    session_id: str
+    operation_id: OperationId
+    session_id: SessionId
     reason: str = "cancelled"
     #: what the canceller knows of the call (so a cancel that comes before any Hands
     #: recorded the operation can record it, cancelled, in its place)
-    task_id: str | None = None
+    task_id: TaskId | None = None
     tool: str | None = None
 
 
@@ -248,7 +250,7 @@ class ResultEvent(Frozen):
 
     v: Literal[1] = 1
     type: Literal["result"] = "result"
-    operation_id: str
-    session_id: str
+    operation_id: OperationId
+    session_id: SessionId
     succeeded: bool
     termination: Termination | None = None

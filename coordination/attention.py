@@ -11,19 +11,28 @@ Times are Redis's own clock (``TIME``): no clock shared between hosts is assumed
 can lose the set (FLUSHALL, a failover): ``lost`` tells, by an epoch token that
 disappears with it, and the scheduler then audits every active session from the store —
 the store stays the source of truth; this set is only an index of it.
+
+A member that is not a session id (anyone with the Redis password can write one) is
+dropped as it is taken, counted in ``refused`` and logged once: looked at, it would fail
+the same way every time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import redis
 
-from contracts import StoreUnavailable
+from contracts import InvalidInput, StoreUnavailable
+from contracts.model import check_id
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -41,15 +50,18 @@ class Attention:
         self._epoch_key = f"{prefix}:attention:epoch"
         self._epoch: str | None = None
         self._take = client.register_script(_TAKE)
+        #: members dropped as they were taken, by reason (``invalid_id``)
+        self.refused: Counter[str] = Counter()
 
     async def watch(self, session_id: str, *, after: timedelta) -> None:
         """Look at ``session_id`` again ``after`` from now (the earliest ask is kept)."""
         await self._call(self._watch, session_id, after.total_seconds())
 
     async def take(self, limit: int = 256) -> list[str]:
-        """Up to ``limit`` sessions whose time has come, removed from the set."""
+        """Up to ``limit`` sessions whose time has come, removed from the set (a member
+        that is not a session id is dropped: ``session_ids``)."""
         found = await self._call(self._due, limit)
-        return [member.decode() for member in found]
+        return session_ids(found, self.refused, where="attention set")
 
     async def lost(self) -> bool:
         """Whether the set may have lost entries since the last call (Redis lost its
@@ -82,6 +94,20 @@ class Attention:
             return await asyncio.to_thread(function, *args)
         except redis.RedisError as error:
             raise StoreUnavailable(f"attention set: {error}") from None
+
+
+def session_ids(members: Iterable[bytes], refused: Counter[str], *, where: str) -> list[str]:
+    """The ``members`` taken from a Redis set that are session ids; each other one is
+    counted in ``refused`` and logged once — it is gone from the set already, so it is
+    never seen again."""
+    found = []
+    for member in members:
+        try:
+            found.append(check_id(member.decode("utf-8", "replace"), "session id"))
+        except InvalidInput as error:
+            refused["invalid_id"] += 1
+            log.warning("dropped a member of the %s: %s", where, error.message)
+    return found
 
 
 def _text(value: Any) -> str | None:

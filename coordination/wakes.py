@@ -7,9 +7,11 @@
   a new job, so no wake-up is lost in the instant between a drive and its release.
 * Delayed wakes (sleeping tasks, retry backoff) wait in a sorted set
   (``<prefix>:wake:due``, earliest time kept per session) until ``promote_due`` — the
-  scheduler's timer — turns the due ones into jobs. The asker gives a delay (a duration
-  on its own clock); the due time is Redis's ``TIME`` plus it, and ``promote_due``
-  compares with ``TIME`` again: no host's clock meets another's (invariant 17).
+  scheduler's timer — turns the due ones into jobs (a member that is not a session id is
+  dropped, counted in ``due_refused`` and logged once). The asker gives a delay (a
+  duration on its own clock); the due time is Redis's ``TIME`` plus it, and
+  ``promote_due`` compares with ``TIME`` again: no host's clock meets another's
+  (invariant 17).
 * A job's hash holds ``bh_enqueued``, Redis's ``TIME`` when it was queued, for the
   backlog's age (``coordination.backlog``) and the wait of a wake
   (``coordination.consumer``); RQ's ``enqueued_at`` is the enqueuer's clock, for ``rq``.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -37,7 +40,7 @@ from rq.serializers import JSONSerializer
 
 from contracts import Identifier, StoreUnavailable
 from coordination import redis_client
-from coordination.attention import Attention
+from coordination.attention import Attention, session_ids
 from coordination.backlog import ENQUEUED_FIELD, RouteBacklog, wake_backlog
 from coordination.incarnations import BrainBeat, brains
 from coordination.timer import timer_key
@@ -142,6 +145,8 @@ class RQWakes:
         self._pop_due_script = self._sync.register_script(_POP_DUE)
         #: sessions the scheduler must look at again (``coordination.attention``)
         self.attention = Attention(self._sync, prefix=prefix)
+        #: members of the due set dropped as they came due, by reason (not session ids)
+        self.due_refused: Counter[str] = Counter()
 
     async def check(self) -> None:
         await asyncio.to_thread(self._sync.ping)
@@ -211,7 +216,7 @@ class RQWakes:
 
     def _pop_due(self) -> list[str]:
         members = self._pop_due_script(keys=[due_key(self.prefix)])
-        return [m.decode() for m in members]
+        return session_ids(members, self.due_refused, where="due set")
 
     def close(self) -> None:
         self._sync.close()

@@ -19,8 +19,10 @@ metric                                     type       labels
 ``brainhands_hands_queue_oldest_age_seconds``  gauge  (the oldest dispatch not yet acked)
 ``brainhands_hands_containers_running``    gauge
 ``brainhands_hands_scrape_errors_total``   counter    ``source`` (``bus``, ``sandbox``)
-``brainhands_hands_refused_total``         counter    ``kind`` (``dispatch``, ``cancel``),
-                                                      ``reason``
+``brainhands_hands_refused_total``         counter    ``kind`` (``dispatch``, ``cancel``: the
+                                                      door), ``reason`` (``not_committed``,
+                                                      ``not_recorded``, ``operation_mismatch``,
+                                                      ``invalid_id``, ``malformed``)
 ``brainhands_hands_loop_errors_total``     counter    ``loop`` (``reaper``, ``handle``...)
 =========================================  =========  =================================
 
@@ -128,8 +130,9 @@ class HandsMetrics:
 
         self._refused = Counter(
             "brainhands_hands_refused",
-            "Messages refused because the store holds nothing that backs them "
-            "(no committed intent, no recorded cancellation), by kind and reason",
+            "Messages refused: the store holds nothing that backs them (no committed "
+            "intent, no recorded cancellation), or they are not messages of their kind at "
+            "all (malformed, an invalid id), by kind (the door) and reason",
             ["kind", "reason"],
             registry=self.registry,
         )
@@ -172,7 +175,8 @@ class HandsMetrics:
         self._slots_in_use.set_function(in_use)
 
     def refused(self, kind: str, reason: str) -> None:
-        """A message the store does not back (a forged, stale or foreign one)."""
+        """A message the store does not back (a forged, stale or foreign one), or one
+        that is not a message of its kind (``invalid_id``, ``malformed``)."""
         self._refused.labels(kind, reason).inc()
 
     def refused_count(self, kind: str, reason: str) -> float:

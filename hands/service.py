@@ -10,12 +10,15 @@ Deliveries are unlimited, with a backoff (2 s doubling to 60 s): running out of
 deliveries never decides an outcome, and an outage of the engine, the store or NATS
 delays work without spending the operation's attempts (those are counted on its record).
 A dispatch the store does not back (no committed intent) is refused, counted and logged,
-and changes nothing. Any error handling one message is logged and counted
-(``loop_errors_total``) and the message comes back later. A consumer that stops answering
-(NATS away, or its stream lost with NATS's data) is bound again — the streams re-created
-first —, never given up. It also listens for cancellations, reaps containers it owns
-(on start and periodically), and writes its beat to the store for operators
-(``session_store.fleet``: its slots, operations, containers and the dispatch backlog).
+and changes nothing; so is a message that is not a dispatch or a cancellation at all
+(not JSON, another shape, an id that is not an identifier): terminated, never
+redelivered, logged once without a traceback. Any other error handling one message is
+logged and counted (``loop_errors_total``) and the message comes back later. A consumer
+that stops answering (NATS away, or its stream lost with NATS's data) is bound again —
+the streams re-created first —, never given up. It also listens for cancellations,
+reaps containers it owns (on start and periodically), and writes its beat to the store
+for operators (``session_store.fleet``: its slots, operations, containers and the
+dispatch backlog).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from bus.backlog import HANDS_CONSUMER, dispatch_backlog
 from bus.pull import fetch_one
 from contracts import BrainhandsError, OperationMismatch
 from contracts.fleet import HandsBeat, QueueBacklog
-from contracts.model import Frozen
+from contracts.model import Frozen, refusal_of
 from contracts.tool import Cancellation, Dispatch, DispatchMode, ResultEvent
 from hands.executor import Busy, Duplicate, Executor, NotCommitted, Publish
 from runtime.cancellation import cancel_and_wait
@@ -244,8 +247,8 @@ class HandsService:
             self.executor.metrics.delivered(time.time() - published.timestamp())
         try:
             dispatch = Dispatch.model_validate_json(message.data)
-        except ValidationError as error:
-            log.error("dropping a malformed dispatch: %s", error.errors()[0]["msg"])
+        except ValidationError as error:  # it can never become valid: never redelivered
+            self._refuse("dispatch", error)
             await _settle_message(message.term())
             return
         try:
@@ -297,10 +300,19 @@ class HandsService:
             await asyncio.sleep(every)
             await _settle_message(message.in_progress())
 
+    def _refuse(self, kind: str, error: ValidationError) -> None:
+        """A message that is not one (not JSON, another shape, a malformed id): counted
+        and logged once, briefly — its input may be 10 kB of anything — and without a
+        traceback (nothing here failed)."""
+        reason, detail = refusal_of(error)
+        self.executor.metrics.refused(kind, reason)
+        log.warning("refused a %s message (%s): %s", kind, reason, detail)
+
     async def _on_cancel(self, message: Msg) -> None:
         try:
             cancellation = Cancellation.model_validate_json(message.data)
-        except ValidationError:
+        except ValidationError as error:
+            self._refuse("cancel", error)
             return
         try:
             await self.executor.honour_cancel(cancellation.operation_id)

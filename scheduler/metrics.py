@@ -13,7 +13,9 @@ metric                                               type     labels
                                                               lapsed, reconcile)
 ``brainhands_scheduler_reconcile_passes_total``      counter
 ``brainhands_scheduler_dispatches_reissued_total``   counter
-``brainhands_scheduler_results_refused_total``       counter  (events the store does not back)
+``brainhands_scheduler_refused_total``               counter  ``door`` (results, attention,
+                                                              due), ``reason`` (not_backed,
+                                                              invalid_id, malformed)
 ``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
 ``brainhands_dispatch_oldest_age_seconds``           gauge
 ``brainhands_results_backlog``                       gauge    ``state`` (pending, in_flight)
@@ -100,11 +102,16 @@ class SchedulerMetrics(Collector):
             "Dispatches published again from the store's committed intents",
             value=scheduler.reissued,
         )
-        yield CounterMetricFamily(
-            "brainhands_scheduler_results_refused",
-            "Result events refused: the store holds no such result (forged or foreign)",
-            value=scheduler.refused,
+        refused = CounterMetricFamily(
+            "brainhands_scheduler_refused",
+            "What a door refused, by door and reason: result events the store does not "
+            "back (forged or foreign) or that are malformed, members of the attention and "
+            "due sets that are not session ids",
+            labels=["door", "reason"],
         )
+        for (door, reason), count in sorted(scheduler.refusals().items()):
+            refused.add_metric([door, reason], count)
+        yield refused
         if self._backlog is not None:
             yield from _backlog(
                 "dispatch", self._backlog, "Dispatches in the work queue", "any Hands"

@@ -53,7 +53,7 @@ from bus.jetstream import RESULTS_SUBJECTS
 from bus.pull import fetch_one
 from contracts import BrainhandsError, OperationStatus, utcnow
 from contracts.fleet import SchedulerBeat
-from contracts.model import Frozen
+from contracts.model import Frozen, refusal_of
 from contracts.tool import Dispatch, ResultEvent
 from coordination.protocols import LeaseStore
 from coordination.timer import Timer
@@ -128,8 +128,9 @@ class Scheduler:
         self.passes = 0
         #: dispatches published again from the store's intents
         self.reissued = 0
-        #: result events refused: the store holds no such result
-        self.refused = 0
+        #: result events refused, by (door, reason): ``not_backed`` (the store holds no
+        #: such result), ``invalid_id``, ``malformed`` (``refusals`` adds the other doors)
+        self.refused: Counter[tuple[str, str]] = Counter()
         self._reissues: dict[str, int] = {}
         self._stopping = asyncio.Event()
 
@@ -162,6 +163,19 @@ class Scheduler:
 
     async def shutdown(self) -> None:
         self._stopping.set()
+
+    def refusals(self) -> Counter[tuple[str, str]]:
+        """What each door refused, by (door, reason): result events (``results``), and
+        members of the attention set (``attention``) and of the due set (``due``) that
+        are not session ids."""
+        found = Counter(self.refused)
+        for door, refused in (
+            ("attention", self.wakes.attention.refused),
+            ("due", self.wakes.due_refused),
+        ):
+            for reason, count in refused.items():
+                found[door, reason] += count
+        return found
 
     async def beat(self) -> SchedulerBeat:
         """Write this scheduler's view of both streams' backlogs to the store (for the
@@ -387,8 +401,10 @@ class Scheduler:
     async def _on_result(self, message: Any) -> None:
         try:
             event = ResultEvent.model_validate_json(message.data)
-        except ValidationError:
-            log.error("dropping a malformed result event")
+        except ValidationError as error:  # it can never become valid: never redelivered
+            reason, detail = refusal_of(error)
+            self.refused["results", reason] += 1
+            log.warning("refused a result event (%s): %s", reason, detail)
             with contextlib.suppress(nats.errors.Error):
                 await message.term()
             return
@@ -398,7 +414,7 @@ class Scheduler:
     async def _wake_for(self, message: Any, event: ResultEvent) -> None:
         try:
             if not await self._backed(event):
-                self.refused += 1
+                self.refused["results", "not_backed"] += 1
                 log.warning(
                     "result event for %s (session %s) refused: the store holds no such result",
                     event.operation_id,

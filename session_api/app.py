@@ -62,12 +62,16 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     backlog: Backlog | None = None,
     brains: Brains | None = None,
+    public_url: str | None = None,
 ) -> FastAPI:
     """The API over ``store`` (the truth), waking sessions through ``wakes`` after each
     accepted submission or cancel (None: nothing is woken; a scheduler's reconciler
     finds the work later). Request bodies over ``max_body_bytes`` are refused unread
     (413). ``backlog`` reads the wake queues for ``/metrics`` (``session_api.metrics``)
-    and the console's fleet page, ``brains`` the Brains' beats for that page."""
+    and the console's fleet page, ``brains`` the Brains' beats for that page.
+    ``public_url``: the origin browsers reach the API at when a proxy in front of it
+    terminates TLS (the console's cookies are ``Secure`` by its scheme, its forms must
+    come from it)."""
     grants = grants_of(token, tokens, "Session API")
     if store.read_only:
         raise InvalidInput("the Session API commits submissions: open the store writable")
@@ -109,7 +113,7 @@ def create_app(
         dependencies=[Security(_BEARER)],
         responses=_UNAUTHORIZED,
     )
-    app.include_router(console_router(context, grants, backlog, brains))
+    app.include_router(console_router(context, grants, backlog, brains, public_url))
     return app
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from coordination import WakeQueue
-from session_api.stream import StreamSettings
+from session_api.stream import StreamSettings, StreamSlots
 from session_store import SessionStore
 from session_store.submissions import SessionClient
 
@@ -28,9 +28,12 @@ class ApiContext:
     client: SessionClient = field(init=False)
     #: set when the server stops: open event streams end at once
     stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    #: the event streams open now, within ``streams``' caps
+    slots: StreamSlots = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "client", SessionClient(self.store))
+        object.__setattr__(self, "slots", StreamSlots(self.streams))
 
     async def wake(self, session_id: str, reason: str) -> None:
         """Ask for a drive of the session; a failure is logged, not raised."""

@@ -17,9 +17,10 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Annotated, Final
+from urllib.parse import urlsplit
 
 import typer
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 
 from contracts import BrainhandsError, InvalidInput
 from contracts.model import Frozen
@@ -39,6 +40,20 @@ DEFAULT_PORT: Final = 8460
 WakesFactory = Callable[["SessionApiSettings"], AbstractAsyncContextManager[WakeQueue]]
 
 
+def _public_url(url: str) -> str:
+    """``scheme://host[:port]`` of http(s), nothing after it: the console's pages are
+    served at ``/console`` of that origin."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL with a host")
+    if parts.path not in {"", "/"} or parts.query or parts.fragment or parts.username:
+        raise ValueError(
+            f"{url!r} must be an origin only, e.g. https://console.example.com (the console "
+            "is served at /console of it: a path prefix is not supported)"
+        )
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 class SessionApiSettings(Frozen):
     store_url: str = Field(min_length=1)
     host: str = "127.0.0.1"
@@ -47,6 +62,13 @@ class SessionApiSettings(Frozen):
     tokens: tuple[Grant, ...] = Field(min_length=1)
     #: request bodies over this many bytes are refused unread (413)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=MIN_MAX_BODY_BYTES)
+    #: the origin browsers reach the API at, when a proxy in front of it terminates TLS
+    #: (the console's cookie is ``Secure`` and its forms' origin checked by this one)
+    public_url: Annotated[str, AfterValidator(_public_url)] | None = None
+    #: event streams open at once in this process and per token (None: the
+    #: ``session_api.stream.StreamSettings`` defaults, 256 and 16)
+    max_streams: int | None = Field(default=None, ge=1)
+    max_streams_per_token: int | None = Field(default=None, ge=1)
 
     @classmethod
     def from_env(
@@ -64,6 +86,9 @@ class SessionApiSettings(Frozen):
             "host": host or env.get("BH_SESSION_API_HOST") or "127.0.0.1",
             "port": port if port is not None else env.get("BH_SESSION_API_PORT") or DEFAULT_PORT,
             "max_body_bytes": env.get("BH_SESSION_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES,
+            "public_url": env.get("BH_SESSION_API_PUBLIC_URL") or None,
+            "max_streams": env.get("BH_SESSION_API_MAX_STREAMS") or None,
+            "max_streams_per_token": env.get("BH_SESSION_API_MAX_STREAMS_PER_TOKEN") or None,
         }
         try:
             return cls.model_validate(values)
@@ -84,8 +109,13 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from coordination.wakes import RQWakes
         from session_api.app import create_app, stop_streams
+        from session_api.stream import StreamSettings
         from webapi.probes import Check, Probes
 
+        caps = {
+            "max_open": settings.max_streams,
+            "max_open_per_token": settings.max_streams_per_token,
+        }
         app = create_app(
             store=store,
             wakes=queue,
@@ -93,6 +123,8 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
             max_body_bytes=settings.max_body_bytes,
             backlog=queue.backlog if isinstance(queue, RQWakes) else None,
             brains=queue.brains if isinstance(queue, RQWakes) else None,
+            streams=StreamSettings(**{k: v for k, v in caps.items() if v is not None}),
+            public_url=settings.public_url,
         )
         checks: dict[str, Check] = {"store": store.backend.check}
         if queue is not None:

@@ -30,7 +30,7 @@ from lifecycle import settlement
 from session_api.context import ApiContext
 from session_api.describe import control_body, operation_view, session_view, submission_view
 from session_api.listing import Listing
-from session_api.stream import SessionStream
+from session_api.stream import HeldStream, SessionStream
 from session_api.views import (
     AnswerRequest,
     BudgetRequest,
@@ -76,6 +76,11 @@ _STREAM: dict[int | str, dict[str, Any]] = {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
         "description": "Server-Sent Events: `view`, then `commit` per commit (ids are "
         "seqs), `: keepalive` comments, `error` before an abnormal end",
+    },
+    429: {
+        "model": ErrorBody,
+        "description": "Too many event streams open (the token's or this server's cap): "
+        "retry after `Retry-After` seconds",
     },
     **_ERRORS,
 }
@@ -292,16 +297,22 @@ def sessions_router(context: ApiContext) -> APIRouter:
         """Follow the session: a ``view`` event, then a ``commit`` event per commit.
         With ``Last-Event-ID``, only the commits after it (see docs/session-api.md)."""
         check_session(grant, session_id)
-        stream = SessionStream(
-            context.store,
-            session_id,
-            settings=context.streams,
-            entries=entries,
-            gone=request.is_disconnected,
-            stopping=context.stopping,
-        )
-        await stream.open(last_event_id)
-        return StreamingResponse(
+        slot = context.slots.reserve(grant.name)  # charged first: 429 over a cap
+        try:
+            stream = SessionStream(
+                context.store,
+                session_id,
+                settings=context.streams,
+                entries=entries,
+                gone=request.is_disconnected,
+                stopping=context.stopping,
+            )
+            await stream.open(last_event_id)
+        except BaseException:
+            slot.release()
+            raise
+        return HeldStream(
+            slot,
             stream.events(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

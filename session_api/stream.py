@@ -27,6 +27,12 @@ and no view. When ``n`` is unknown to the log (above its head) or more than
 ``catch_up`` commits behind, it gets a fresh ``view`` instead, and commits after it.
 The stream ends after ``max_duration``, when the client goes away, or when the server
 stops; clients reconnect with the last id they saw.
+
+How many streams are open at once is bounded per token and per process
+(``StreamSlots``): a slot is reserved before the stream opens — synchronously, so
+concurrent requests cannot all pass a check only some of them should (invariant 20) —
+and released when the response ends however it ends (``HeldStream``); over a cap the
+request is refused with ``TooManyRequests`` (429, ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -36,12 +42,17 @@ import contextlib
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel, Field
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from contracts import BrainhandsError, CommitRecord, ErrorInfo, OutputPreview
+from contracts.errors import TooManyRequests
 from contracts.model import Frozen
 from session_api.describe import commit_event, output_view, preview_events, session_view
 from session_api.views import COMMIT_EVENT, ERROR_EVENT, PREVIEW_EVENT, VIEW_EVENT, PreviewView
@@ -75,6 +86,80 @@ class StreamSettings(Frozen):
     page: int = Field(default=100, ge=1)
     #: what clients are told to wait before reconnecting (the ``retry`` field)
     retry: timedelta = timedelta(seconds=1)
+    #: streams open at once in this process, and for one token (``StreamSlots``)
+    max_open: int = Field(default=256, ge=1)
+    max_open_per_token: int = Field(default=16, ge=1)
+    #: what a request refused over a cap is told to wait (``Retry-After``)
+    refused_retry: timedelta = timedelta(seconds=5)
+
+
+class StreamSlots:
+    """The event streams open now, per token and in all: ``reserve`` one before a
+    stream opens, ``Slot.release`` it when the stream ends (``HeldStream`` does)."""
+
+    def __init__(self, settings: StreamSettings) -> None:
+        self._settings = settings
+        self._by_token: Counter[str] = Counter()
+        self.open = 0
+
+    def reserve(self, token: str) -> Slot:
+        """A slot for a stream of ``token`` (a grant's name), taken now — no await
+        between the check and the count; ``TooManyRequests`` over either cap."""
+        settings = self._settings
+        if self._by_token[token] >= settings.max_open_per_token:
+            self._refuse(
+                f"the token {token!r} has {self._by_token[token]} event streams open, its "
+                f"most at once: close one (another tab?) or wait",
+                settings.max_open_per_token,
+            )
+        if self.open >= settings.max_open:
+            self._refuse(
+                f"this server has {self.open} event streams open, its most at once: retry "
+                "later or elsewhere",
+                settings.max_open,
+            )
+        self._by_token[token] += 1
+        self.open += 1
+        return Slot(self, token)
+
+    def _refuse(self, message: str, limit: int) -> None:
+        retry = self._settings.refused_retry.total_seconds()
+        raise TooManyRequests(message, limit=limit, retry_after=retry)
+
+    def _release(self, token: str) -> None:
+        self.open -= 1
+        self._by_token[token] -= 1
+        if self._by_token[token] <= 0:
+            del self._by_token[token]
+
+
+class Slot:
+    """One reserved stream; ``release`` gives it back (once, however often called)."""
+
+    def __init__(self, slots: StreamSlots, token: str) -> None:
+        self._slots: StreamSlots | None = slots
+        self._token = token
+
+    def release(self) -> None:
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots._release(self._token)
+
+
+class HeldStream(StreamingResponse):
+    """A streaming response that gives its slot back when it ends — also when it never
+    started (the client gone before the first byte: the body's generator never ran, so
+    its own ``finally`` would not)."""
+
+    def __init__(self, slot: Slot, content: AsyncIterator[bytes], **options: Any) -> None:
+        super().__init__(content, **options)
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()
 
 
 class SessionStream:

@@ -23,13 +23,28 @@ partition                               item                        value
 
 On S3 a key is the object ``<prefix>/<partition>/<item>``; on DynamoDB the item's
 partition key ``pk`` and sort key ``sk``; on SQLite the primary key of table ``kv``.
+
+Every builder of a session's or an operation's partition checks the id it is given
+(``contracts.model.check_id``: ``InvalidInput``): the doors check ids already, and this
+is the defence in depth that keeps a malformed one (``../..``, 10 kB) out of every
+backend's keys whichever door forgot.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from contracts.model import check_id
+
 ACTIVE_SHARDS = 16
+
+
+def _session(session_id: str) -> str:
+    return check_id(session_id, "session id")
+
+
+def _operation(operation_id: str) -> str:
+    return check_id(operation_id, "operation id")
 
 
 def seq_item(seq: int) -> str:
@@ -47,27 +62,27 @@ def chunk_item(chunk_bytes: int, index: int) -> str:
 
 
 def log_partition(session_id: str) -> str:
-    return f"session/{session_id}/log"
+    return f"session/{_session(session_id)}/log"
 
 
 def baseline_partition(session_id: str) -> str:
-    return f"session/{session_id}/base"
+    return f"session/{_session(session_id)}/base"
 
 
 def segment_partition(session_id: str) -> str:
-    return f"session/{session_id}/segments"
+    return f"session/{_session(session_id)}/segments"
 
 
 def archived_tasks_partition(session_id: str) -> str:
-    return f"session/{session_id}/tasks"
+    return f"session/{_session(session_id)}/tasks"
 
 
 def archived_submissions_partition(session_id: str) -> str:
-    return f"session/{session_id}/submissions"
+    return f"session/{_session(session_id)}/submissions"
 
 
 def applied_partition(session_id: str) -> str:
-    return f"session/{session_id}/applied"
+    return f"session/{_session(session_id)}/applied"
 
 
 UPLOAD_PREFIX = "-upload."  # sorts before every seq item: ``last`` is always a baseline
@@ -78,7 +93,7 @@ def upload_item(digest: str) -> str:
 
 
 def session_operations_partition(session_id: str) -> str:
-    return f"session/{session_id}/ops"
+    return f"session/{_session(session_id)}/ops"
 
 
 def active_partition(session_id: str) -> str:
@@ -108,18 +123,18 @@ def blob_partition(digest: str) -> str:
 
 
 def operation_partition(operation_id: str) -> str:
-    return f"op/{operation_id}/rev"
+    return f"op/{_operation(operation_id)}/rev"
 
 
 def result_partition(operation_id: str) -> str:
-    return f"op/{operation_id}/result"
+    return f"op/{_operation(operation_id)}/result"
 
 
 RESULT_ITEM = "result"
 
 
 def preview_partition(operation_id: str) -> str:
-    return f"op/{operation_id}/preview"
+    return f"op/{_operation(operation_id)}/preview"
 
 
 #: the one item of a preview partition, overwritten (previews may be lost)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from types import TracebackType
 
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import JsonValue
 
 from contracts import (
     INLINE_RESULT_BYTES,
@@ -18,7 +18,6 @@ from contracts import (
     CommitRecord,
     ConflictError,
     Fork,
-    Identifier,
     Intent,
     InvalidInput,
     Operation,
@@ -26,6 +25,7 @@ from contracts import (
     OperationStatus,
     OutputPreview,
 )
+from contracts.model import check_id
 from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
@@ -42,7 +42,6 @@ from session_store.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
-_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 #: commit records read at once by ``commits`` and ``history``
 COMMIT_PAGE = 256
 
@@ -288,11 +287,4 @@ def _check_limits(settings: StoreSettings, backend: Backend) -> None:
 
 
 def _check_identifier(value: str, what: str) -> None:
-    try:
-        _IDENTIFIER.validate_python(value)
-    except ValidationError:
-        raise InvalidInput(
-            f"{what} {value!r} is not allowed: use 1-200 of A-Z a-z 0-9 . _ : @ -, "
-            "starting with a letter or digit",
-            value=value,
-        ) from None
+    check_id(value, what)  # the message shows an excerpt: an id may be 10 kB of anything

@@ -10,6 +10,8 @@ error                              status  code
 ``Forbidden``                      403     ``forbidden``: the token's scope excludes it
 ``Refused``, ``ConflictError``     409     ``already_exists``, ``conflict``, ...
 ``StoreUnavailable``, retryable    503     ``store_unavailable`` (retry later)
+``TooManyRequests``                429     ``too_many_requests``, ``Retry-After`` from
+                                           ``details.retry_after``
 a service's own kinds              theirs  (``install(..., statuses=...)``)
 anything else                      500     ``error``; nothing of the cause is sent
 =================================  ======  ==============================================
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +40,7 @@ from contracts import (
     Refused,
     StoreUnavailable,
 )
-from contracts.errors import ErrorBody, Forbidden, PayloadTooLarge, Unauthorized
+from contracts.errors import ErrorBody, Forbidden, PayloadTooLarge, TooManyRequests, Unauthorized
 
 if TYPE_CHECKING:  # FastAPI only for the APIs; workers' probes import this module too
     from fastapi import FastAPI
@@ -57,6 +60,7 @@ _STATUS: Statuses = (
     (Refused, 409),
     (ConflictError, 409),
     (StoreUnavailable, 503),
+    (TooManyRequests, 429),
 )
 
 
@@ -90,7 +94,7 @@ def install(app: FastAPI, *, service: str, statuses: Statuses = ()) -> None:
             log.warning(
                 "%s %s: %s (%s)", request.method, request.url.path, error.message, error.code
             )
-        return error_response(status, error_info(error))
+        return error_response(status, error_info(error), _retry_after(error))
 
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
         # The response says nothing of the cause; the traceback goes to the server log.
@@ -119,6 +123,14 @@ async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     else:
         code, message = _code_for(error.status_code), str(error.detail)
     return error_response(error.status_code, ErrorInfo(code=code, message=message))
+
+
+def _retry_after(error: BrainhandsError) -> dict[str, str] | None:
+    """``Retry-After`` (whole seconds, at least 1) for an error that says when to retry."""
+    seconds = error.details.get("retry_after")
+    if not isinstance(seconds, (int, float)):
+        return None
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
 
 
 def validation_info(problems: Sequence[Any]) -> ErrorInfo:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Final, NamedTuple
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import (
@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from contracts import (
     BrainhandsError,
+    Identifier,
     InvalidInput,
     NotFound,
     Operation,
@@ -33,10 +34,21 @@ from contracts import (
     SettleRequest,
     utcnow,
 )
+from contracts.errors import Forbidden
 from contracts.fleet import HandsBeat, QueueBacklog, SchedulerBeat
 from coordination.incarnations import BrainBeat
 from session_api.console.graph import task_rows
-from session_api.console.login import COOKIE, check_form, csrf_token, login_grant, read_form
+from session_api.console.login import (
+    COOKIE,
+    LOGIN_COOKIE,
+    LOGIN_FORM_SECONDS,
+    check_form,
+    check_login_form,
+    csrf_token,
+    login_csrf,
+    login_grant,
+    read_form,
+)
 from session_api.console.timeline import timeline
 from session_api.context import ApiContext
 from session_api.describe import session_view
@@ -45,7 +57,7 @@ from session_api.metrics import Backlog
 from session_api.sessions import answer_question, cancel_work, fork_session, settle_operation
 from session_api.views import AnswerRequest, CancelRequest, ForkRequest, SessionStatus
 from webapi.auth import Access, Grant, grant_of
-from webapi.scopes import check_session
+from webapi.scopes import check_session, needs
 
 HERE: Final = Path(__file__).parent
 #: commits on one page of a session's timeline
@@ -89,9 +101,23 @@ def _page(template: str, request: Request, grant: Grant, **values: Any) -> HTMLR
     return HTMLResponse(body, headers=_HEADERS)
 
 
-def _login_page(problem: str | None, status: int = 200) -> HTMLResponse:
-    body = _templates.get_template("login.html").render(problem=problem, grant=None, notice=None)
-    return HTMLResponse(body, status_code=status, headers=_HEADERS)
+def _login_page(problem: str | None, *, secure: bool, status: int = 200) -> HTMLResponse:
+    """The login form, with a fresh CSRF token in its field and in its cookie."""
+    csrf = login_csrf()
+    body = _templates.get_template("login.html").render(
+        problem=problem, grant=None, notice=None, csrf=csrf
+    )
+    response = HTMLResponse(body, status_code=status, headers=_HEADERS)
+    response.set_cookie(
+        LOGIN_COOKIE,
+        csrf,
+        max_age=LOGIN_FORM_SECONDS,
+        path=COOKIE.login,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+    )
+    return response
 
 
 def _reader(request: Request) -> Grant:
@@ -141,36 +167,57 @@ def console_router(
     grants: Sequence[Grant],
     backlog: Backlog | None,
     brains: Brains | None = None,
+    public_url: str | None = None,
 ) -> APIRouter:
+    """The console's routes; ``public_url``: the origin browsers reach it at, when a
+    proxy in front terminates TLS (its scheme decides the cookies' ``Secure``, and forms
+    must come from it)."""
     router = APIRouter(prefix=COOKIE.prefix, include_in_schema=False)
+
+    def secure(request: Request) -> bool:
+        scheme = urlsplit(public_url).scheme if public_url else request.url.scheme
+        return scheme == "https"
 
     @router.get("/login")
     async def login_form(request: Request) -> HTMLResponse:
-        return _login_page(None)
+        return _login_page(None, secure=secure(request))
 
     @router.post("/login")
     async def login(request: Request) -> Response:
         form = await read_form(request)
+        try:
+            check_login_form(request, form, public_url)
+        except Forbidden as refused:
+            return _login_page(refused.message, secure=secure(request), status=403)
         grant = login_grant(grants, form.get("token", ""))
         if grant is None:
-            return _login_page("That token is not valid.", status=401)
+            return _login_page("That token is not valid.", secure=secure(request), status=401)
         response = RedirectResponse(f"{COOKIE.prefix}/sessions", 303)
         response.set_cookie(
             COOKIE.name,
             grant.token.get_secret_value(),
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=secure(request),
             path="/",
+        )
+        response.delete_cookie(  # its form is spent
+            LOGIN_COOKIE,
+            path=COOKIE.login,
+            secure=secure(request),
+            httponly=True,
+            samesite="strict",
         )
         return response
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
         grant = grant_of(request.scope)
-        check_form(request, await read_form(request), grant)
+        check_form(request, await read_form(request), grant, public_url)
         response = RedirectResponse(COOKIE.login, 303)
-        response.delete_cookie(COOKIE.name, path="/")
+        response.delete_cookie(
+            COOKIE.name, path="/", secure=secure(request), httponly=True, samesite="strict"
+        )
         return response
 
     @router.get("/static/{name}")
@@ -257,7 +304,7 @@ def console_router(
 
     @router.get("/sessions/{session_id}")
     async def session(
-        request: Request, session_id: str, older: Annotated[int | None, Query(ge=1)] = None
+        request: Request, session_id: Identifier, older: Annotated[int | None, Query(ge=1)] = None
     ) -> HTMLResponse:
         grant = _reader(request)
         values = await _session_values(session_id, grant, older)
@@ -265,7 +312,7 @@ def console_router(
 
     @router.get("/sessions/{session_id}/live")
     async def session_live(
-        request: Request, session_id: str, older: Annotated[int | None, Query(ge=1)] = None
+        request: Request, session_id: Identifier, older: Annotated[int | None, Query(ge=1)] = None
     ) -> HTMLResponse:
         grant = _reader(request)
         values = await _session_values(session_id, grant, older)
@@ -297,7 +344,7 @@ def console_router(
         return found
 
     @router.get("/operations/{operation_id}")
-    async def operation(request: Request, operation_id: str) -> HTMLResponse:
+    async def operation(request: Request, operation_id: Identifier) -> HTMLResponse:
         grant, record = await _operation(request, operation_id)
         result, output = await _result(operation_id) or (None, "")
         return _page(
@@ -312,20 +359,23 @@ def console_router(
         )
 
     @router.get("/operations/{operation_id}/output")
-    async def operation_output(request: Request, operation_id: str) -> PlainTextResponse:
+    async def operation_output(request: Request, operation_id: Identifier) -> PlainTextResponse:
         """The whole output the result holds."""
         _, output = await _finished(request, operation_id)
         return PlainTextResponse(output, headers=_HEADERS)
 
     @router.get("/operations/{operation_id}/log")
-    async def operation_log(request: Request, operation_id: str) -> PlainTextResponse:
+    async def operation_log(request: Request, operation_id: Identifier) -> PlainTextResponse:
         """The end of the run's log, as much as the Hands kept (``log_tail_bytes``)."""
         result, _ = await _finished(request, operation_id)
         return PlainTextResponse(result.log_tail, headers=_HEADERS)
 
     @router.get("/fleet")
-    async def fleet(request: Request) -> HTMLResponse:
-        grant = _reader(request)
+    async def fleet(
+        request: Request, grant: Annotated[Grant, needs(Access.READ, deployment=True)]
+    ) -> HTMLResponse:
+        """The deployment's routes, Brains, Hands (hosts, pids) and backlogs: for an
+        unrestricted token only (as ``/metrics``); a tenant's token gets 403."""
         routes: list[Any] = []
         beats: list[BrainBeat] = []
         problem = None
@@ -367,7 +417,7 @@ def console_router(
     async def _act(request: Request, session_id: str) -> tuple[Grant, dict[str, str]]:
         grant = grant_of(request.scope)
         form = await read_form(request)
-        check_form(request, form, grant)
+        check_form(request, form, grant, public_url)
         if not grant.may(Access.OPERATE):
             raise InvalidInput(f"the token {grant.name!r} may only read")
         check_session(grant, session_id)
@@ -377,7 +427,7 @@ def console_router(
         return f"{COOKIE.prefix}/sessions/{quote(session_id, safe='')}"
 
     @router.post("/sessions/{session_id}/cancel")
-    async def cancel(request: Request, session_id: str) -> RedirectResponse:
+    async def cancel(request: Request, session_id: Identifier) -> RedirectResponse:
         _, form = await _act(request, session_id)
         try:
             body = CancelRequest(
@@ -395,7 +445,7 @@ def console_router(
         return _back(_here(session_id), said)
 
     @router.post("/sessions/{session_id}/answer")
-    async def answer(request: Request, session_id: str) -> RedirectResponse:
+    async def answer(request: Request, session_id: Identifier) -> RedirectResponse:
         grant, form = await _act(request, session_id)
         body = AnswerRequest(
             request_id=f"console-{uuid.uuid4().hex[:12]}",
@@ -407,7 +457,7 @@ def console_router(
         return _back(_here(session_id), f"answer {submission.request_id} {submission.status.value}")
 
     @router.post("/operations/{operation_id}/settle")
-    async def settle(request: Request, operation_id: str) -> RedirectResponse:
+    async def settle(request: Request, operation_id: Identifier) -> RedirectResponse:
         _, record = await _operation(request, operation_id)
         grant, form = await _act(request, record.session_id)
         try:
@@ -428,7 +478,7 @@ def console_router(
         return _back(here, f"settled as {settled.status.value} by {grant.name}")
 
     @router.post("/sessions/{session_id}/fork")
-    async def fork(request: Request, session_id: str) -> RedirectResponse:
+    async def fork(request: Request, session_id: Identifier) -> RedirectResponse:
         grant, form = await _act(request, session_id)
         try:
             body = ForkRequest(at=int(form.get("at", "0")), into=form.get("into", ""))

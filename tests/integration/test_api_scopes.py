@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from pydantic import SecretStr
 
 from contracts import InvalidInput, Operation, OperationStatus
@@ -28,6 +29,8 @@ from hands.api.app import create_app as hands_app
 from hands.executor import Executor
 from hands.sandbox.process import ProcessSandbox
 from session_api.app import create_app as session_app
+from session_api.console import console_router
+from session_api.console.login import csrf_token
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
 from tests.support.http_server import serve
@@ -188,6 +191,60 @@ async def test_a_token_of_one_tenant_reaches_nothing_of_another_on_any_route(
     assert acme is not None and acme.status is OperationStatus.UNCERTAIN
     handle = await apis.store.session("acme:s1")
     assert list(handle.state.submissions) == ["r1"] and not handle.state.documents
+
+
+#: What another tenant's operate token gets from the console's routes that name no
+#: session nor operation of acme's (those are 403 and 404, as on the API): the login
+#: form is open (its post, without the form's own cookie, refused), lists are filtered,
+#: and the fleet page is the deployment's (issue 31: it showed a tenant every host).
+CONSOLE_EXPECTED: dict[tuple[str, str], int] = {
+    ("GET", "/console/login"): 200,
+    ("POST", "/console/login"): 403,
+    ("POST", "/console/logout"): 303,
+    ("GET", "/console/static/{name}"): 200,
+    ("GET", "/console"): 303,
+    ("GET", "/console/sessions"): 200,
+    ("GET", "/console/fleet"): 403,
+}
+
+
+def console_routes(app: FastAPI) -> list[tuple[str, str]]:
+    """Every (method, path template) of the console (left out of the OpenAPI document),
+    as ``console_router`` makes them for the app."""
+    router = console_router(app.state.context, GRANTS, None)
+    return [
+        (method, route.path)
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        for method in sorted(route.methods - {"HEAD"})
+    ]
+
+
+async def test_a_token_of_one_tenant_reaches_nothing_of_another_in_the_console(
+    apis: Apis,
+) -> None:
+    globex = next(grant for grant in GRANTS if grant.name == "globex-ops")
+    form = {"csrf": csrf_token(globex), "request_id": "r1", "question_id": "q1", "value": "x"}
+    form |= {"at": "1", "into": "globex:fork", "outcome": "failed", "reason": "x"}
+    seen = 0
+    async with apis.client("sessions", GLOBEX_OPS) as client:
+        for method, template in console_routes(apis.sessions_app):
+            path = filled(template.replace("{name}", "console.js"), "acme")
+            body = form if method == "POST" else None
+            response = await client.request(method, path, data=body)
+            seen += 1
+            expected = CONSOLE_EXPECTED.get((method, template))
+            if expected is None:
+                expected = 403 if "{session_id}" in template else 404
+            assert response.status_code == expected, (method, template, response.text[:300])
+            if "{session_id}" not in template:
+                assert "acme:s1" not in response.text, (method, template)
+    assert seen >= 15
+    acme = await apis.store.get_operation("op-acme")
+    assert acme is not None and acme.status is OperationStatus.UNCERTAIN
+    handle = await apis.store.session("acme:s1")
+    assert list(handle.state.submissions) == ["r1"] and not handle.state.documents
+    assert (await apis.store.session("globex:fork")).seq == 0
 
 
 async def test_one_hands_token_cannot_list_another_tenants_sessions_nor_read_results(

@@ -14,15 +14,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from brain.context import PhaseContext
 from brain.outcome import Done
 from brain.tools import ToolSpec
-from contracts import Operation, OperationResult, OperationStatus, OutcomeUnknown
+from contracts import InvalidInput, Operation, OperationResult, OperationStatus, OutcomeUnknown
 from contracts.fleet import HandsBeat, QueueBacklog, RunningOperation, SchedulerBeat
 from session_api.console.pages import LIST_PAGE
+from session_api.server import SessionApiSettings
 from tests.integration.test_session_api import TOKEN, Api, open_api
 from tests.support.kernel import kind
+from webapi.auth import Grant
 
 
 @pytest.fixture
@@ -32,14 +35,29 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
 
 
 @asynccontextmanager
-async def browser(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+async def browser(api: Api, token: str = TOKEN) -> AsyncIterator[httpx.AsyncClient]:
     """A client that logged in through the form (cookies kept, no Authorization)."""
     async with httpx.AsyncClient(base_url=api.url) as client:
-        logged = await client.post("/console/login", data={"token": TOKEN})
-        assert logged.status_code == 303 and logged.headers["location"] == "/console/sessions"
-        cookie = logged.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        await log_in(client, token)
         yield client
+
+
+async def log_in(client: httpx.AsyncClient, token: str = TOKEN, **headers: str) -> httpx.Response:
+    """Fetch the login form (its CSRF cookie and field), then post it."""
+    form = await client.get("/console/login")
+    logged = await client.post(
+        "/console/login", data={"token": token, "csrf": csrf_of(form.text)}, headers=headers
+    )
+    assert logged.status_code == 303, logged.text
+    assert logged.headers["location"] == "/console/sessions"
+    cookie = console_cookie(logged)
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    return logged
+
+
+def console_cookie(response: httpx.Response) -> str:
+    (cookie,) = [c for c in response.headers.get_list("set-cookie") if c.startswith("bh_console=")]
+    return cookie
 
 
 def csrf_of(page: str) -> str:
@@ -48,13 +66,151 @@ def csrf_of(page: str) -> str:
     return found.group(1)
 
 
+async def test_the_login_form_is_refused_without_its_own_token_or_from_another_origin(
+    api: Api,
+) -> None:
+    """Issue 31: the login form checked the API token only, so a form on another site
+    could log a victim's browser in as the attacker (login CSRF). The form now carries a
+    token that must equal a short-lived cookie set with it (double submit; the cookie
+    is ``HttpOnly``, ``SameSite=Strict`` and sent to the login form only), and a form
+    posted from another origin is refused."""
+    async with httpx.AsyncClient(base_url=api.url) as client:
+        forged = await client.post("/console/login", data={"token": TOKEN})  # cross-site
+        assert forged.status_code == 403 and "log in again" in forged.text
+        assert not any(c.startswith("bh_console=") for c in forged.headers.get_list("set-cookie"))
+        form = await client.get("/console/login")
+        (cookie,) = form.headers.get_list("set-cookie")
+        assert cookie.startswith("bh_login=") and "HttpOnly" in cookie
+        assert "Path=/console/login" in cookie and "SameSite=strict" in cookie
+        assert "Max-Age=" in cookie
+        token = csrf_of(form.text)
+        wrong = await client.post("/console/login", data={"token": TOKEN, "csrf": "0" * 64})
+        assert wrong.status_code == 403
+        token = csrf_of(wrong.text)  # the refused form is offered again, with a new token
+        foreign = await client.post(
+            "/console/login",
+            data={"token": TOKEN, "csrf": token},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert foreign.status_code == 403 and "another origin" in foreign.text
+        token = csrf_of(foreign.text)
+        logged = await client.post("/console/login", data={"token": TOKEN, "csrf": token})
+        assert logged.status_code == 303
+        assert "Secure" not in console_cookie(logged)  # plain HTTP, no public URL
+        spent = [c for c in logged.headers.get_list("set-cookie") if c.startswith("bh_login=")]
+        assert spent and "Max-Age=0" in spent[0], "the login form's cookie is spent"
+        assert (await client.get("/console/sessions")).status_code == 200
+
+
+async def test_behind_a_tls_proxy_the_cookie_is_secure_and_forms_come_from_the_public_origin(
+    tmp_path: Path,
+) -> None:
+    """Issue 31: behind a proxy that terminates TLS the API sees plain HTTP, so the
+    cookie lost its ``Secure`` flag. With a public URL configured, ``Secure`` follows
+    its scheme and the forms' origin is checked against it, not the ``Host`` the proxy
+    forwards."""
+    public = "https://console.example.com"
+    # the browser speaks HTTPS to the proxy, which speaks HTTP to the API: the test is
+    # the proxy, handing the browser's (Secure) cookies on by hand
+    async with (
+        open_api(tmp_path, public_url=public) as api,
+        httpx.AsyncClient(base_url=api.url) as proxy,
+    ):
+        form = await proxy.get("/console/login")
+        login_cookie = form.cookies["bh_login"]
+        assert "Secure" in form.headers["set-cookie"]
+        body = {"token": TOKEN, "csrf": csrf_of(form.text)}
+        cookies = {"Cookie": f"bh_login={login_cookie}"}
+        inside = await proxy.post(  # the API's own origin is not the browser's
+            "/console/login", data=body, headers=cookies | {"Origin": api.url}
+        )
+        assert inside.status_code == 403
+        body["csrf"] = csrf_of(inside.text)
+        cookies = {"Cookie": f"bh_login={inside.cookies['bh_login']}"}
+        logged = await proxy.post("/console/login", data=body, headers=cookies | {"Origin": public})
+        assert logged.status_code == 303 and "Secure" in console_cookie(logged)
+        cookies = {"Cookie": f"bh_console={logged.cookies['bh_console']}"}
+        token = csrf_of((await proxy.get("/console/sessions", headers=cookies)).text)
+        refused = await proxy.post(
+            "/console/logout", data={"csrf": token}, headers=cookies | {"Origin": api.url}
+        )
+        assert refused.status_code == 403
+        out = await proxy.post(
+            "/console/logout", data={"csrf": token}, headers=cookies | {"Origin": public}
+        )
+        assert out.status_code == 303 and "Secure" in console_cookie(out)
+
+
+def test_the_public_url_and_the_stream_caps_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BH_SESSION_API_TOKENS_FILE", raising=False)
+    for name, value in (
+        ("BH_SESSION_API_TOKEN", TOKEN),
+        ("BH_STORE_URL", "sqlite:///x.db"),
+        ("BH_SESSION_API_PUBLIC_URL", "https://console.example.com/"),
+        ("BH_SESSION_API_MAX_STREAMS", "3"),
+        ("BH_SESSION_API_MAX_STREAMS_PER_TOKEN", "1"),
+    ):
+        monkeypatch.setenv(name, value)
+    settings = SessionApiSettings.from_env()
+    assert settings.public_url == "https://console.example.com"
+    assert (settings.max_streams, settings.max_streams_per_token) == (3, 1)
+    for wrong in ("ftp://a.b", "https://a.b/console", "a.b", "https://a.b/?x=1"):
+        monkeypatch.setenv("BH_SESSION_API_PUBLIC_URL", wrong)
+        with pytest.raises(InvalidInput, match="public_url"):
+            SessionApiSettings.from_env()
+
+
+async def test_a_token_restricted_to_some_sessions_sees_no_fleet(tmp_path: Path) -> None:
+    """Issue 31: the fleet page showed a tenant's token the whole deployment (routes,
+    Brains, Hands with their hosts and pids, backlogs); like ``/metrics``, it is the
+    deployment's: 403 for a restricted token, whose pages do not link it."""
+    acme = "acme-token-0123456789abcdef"
+    grant = Grant(name="acme", token=SecretStr(acme), access="operate", tenants=("acme",))
+    async with open_api(tmp_path, tokens=(grant,)) as api:
+        async with browser(api, acme) as client:
+            page = await client.get("/console/sessions")
+            assert page.status_code == 200 and 'href="/console/fleet"' not in page.text
+            fleet = await client.get("/console/fleet")
+            assert fleet.status_code == 403 and "deployment" in fleet.text
+        async with browser(api) as client:
+            page = await client.get("/console/sessions")
+            assert 'href="/console/fleet"' in page.text
+            assert (await client.get("/console/fleet")).status_code == 200
+
+
+async def test_ids_in_console_paths_are_checked_at_the_door(api: Api) -> None:
+    """As on the API's own routes: a malformed id in a console path is 422 naming the
+    path's field, before anything reads the store."""
+    async with browser(api) as client:
+        token = csrf_of((await client.get("/console/sessions")).text)
+        for method, path in (
+            ("GET", "/console/sessions/-bad"),
+            ("GET", f"/console/sessions/{'x' * 5000}/live"),
+            ("GET", "/console/operations/a%20b"),
+            ("GET", "/console/operations/-op/output"),
+            ("POST", "/console/sessions/-bad/cancel"),
+            ("POST", "/console/operations/-op/settle"),
+        ):
+            response = await client.request(method, path, data={"csrf": token})
+            assert response.status_code == 422, (method, path, response.text[:200])
+            error = response.json()["error"]
+            assert error["details"]["location"] == "path", error
+            assert len(response.text) < 1000
+
+
 async def test_pages_need_a_login_and_the_cookie_writes_only_console_forms(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url) as anonymous:
         sent = await anonymous.get("/console/sessions")
         assert sent.status_code == 303 and sent.headers["location"] == "/console/login"
-        assert (await anonymous.get("/console/login")).status_code == 200
-        wrong = await anonymous.post("/console/login", data={"token": "x" * 24})
-        assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+        form = await anonymous.get("/console/login")
+        assert form.status_code == 200
+        wrong = await anonymous.post(
+            "/console/login", data={"token": "x" * 24, "csrf": csrf_of(form.text)}
+        )
+        assert wrong.status_code == 401
+        assert not any(c.startswith("bh_console=") for c in wrong.headers.get_list("set-cookie"))
         assert (await anonymous.post("/console/sessions/s1/cancel", data={})).status_code == 401
 
     await api.submit("r1", {"task": {"kind": "ask", "input": {}}})

@@ -270,6 +270,35 @@ async def test_a_session_of_fifty_tasks_draws_one_legible_row_per_task(
                 await page.close()
 
 
+async def test_a_page_refused_a_stream_follows_the_session_once_a_slot_is_free(
+    tmp_path: Path, chromium: Browser
+) -> None:
+    """Issue 31: event streams are capped per token, and a browser's ``EventSource``
+    gives up for good on a refused connection (429). The page makes a new one after a
+    pause: a second tab over the token's cap says its connection is lost, then follows
+    the session live once the first tab is closed."""
+    async with kernel(tmp_path) as k:
+        await k.client.submit("s1", "r1", "hi")
+        fast = StreamSettings(idle_poll=timedelta(seconds=0.3), max_open_per_token=1)
+        app = create_app(store=k.store, wakes=None, token=SecretStr(TOKEN), streams=fast)
+        async with serve(app) as url:
+            first = await log_in(chromium, url, TOKEN)
+            second = await first.context.new_page()
+            try:
+                await first.goto(f"{url}/console/sessions/s1")
+                await expect(first.locator("#stream-state")).to_contain_text("live · seq 1")
+                await second.goto(f"{url}/console/sessions/s1")
+                state = second.locator("#stream-state")
+                await expect(state).to_contain_text("connection lost")
+                await first.close()
+                await expect(state).to_contain_text("live · seq 1", timeout=15_000)
+                await k.client.submit("s1", "r2", "again")
+                await expect(state).to_contain_text("live · seq 2")
+            finally:
+                await second.close()
+                await first.close()
+
+
 def _one_trace_across_the_kill(receiver: Receiver, where: Path) -> None:
     """The five-emails session is one trace: the agent's phases on both Brain
     incarnations (before and after the kill), its model calls, and each email's

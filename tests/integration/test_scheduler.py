@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,7 +37,7 @@ from contracts.tool import ResultEvent
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.timer import Timer
-from coordination.wakes import RQWakes, due_key
+from coordination.wakes import RQWakes, due_key, wake_queue
 from hands.sandbox.process import ProcessSandbox
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import CONSUMER, Scheduler, SchedulerSettings
@@ -158,7 +160,8 @@ async def test_a_result_event_the_store_does_not_back_is_refused_counted_and_wak
 ) -> None:
     """Anyone who can publish on the bus can send a result event; the scheduler asks the
     store, finds no such result, drops the event without a wake and counts it in
-    ``brainhands_scheduler_results_refused_total``. A real result behind it still wakes."""
+    ``brainhands_scheduler_refused_total{door="results", reason="not_backed"}``. A real
+    result behind it still wakes."""
     registry = Registry()
     registry.add(kind("caller", {"start": _call}))
     async with system(tmp_path, location, registry) as s:
@@ -168,16 +171,17 @@ async def test_a_result_event_the_store_does_not_back_is_refused_counted_and_wak
         await assert_eventually(lambda: _refused(s.scheduler), within=20)
         assert s.scheduler.woken["result"] == 0  # the forged event woke nobody
         exported = SchedulerMetrics(s.scheduler).registry
-        assert exported.get_sample_value("brainhands_scheduler_results_refused_total") == 1
+        sample = {"door": "results", "reason": "not_backed"}
+        assert exported.get_sample_value("brainhands_scheduler_refused_total", sample) == 1
         await s.wakes.wake("s1", reason="submission")
         await assert_eventually(lambda: _answered(s.store, "s1", "r1"), within=20)
         # counted once the wake was queued: the Brain may answer before the count
         await assert_eventually(lambda: _woken(s.scheduler, "result", 1), within=5)
-        assert s.scheduler.refused == 1
+        assert s.scheduler.refusals() == {("results", "not_backed"): 1}
 
 
 async def _refused(scheduler: Scheduler) -> bool:
-    return scheduler.refused == 1
+    return scheduler.refused["results", "not_backed"] == 1
 
 
 async def test_a_result_arriving_while_its_session_is_driven_is_applied_promptly(
@@ -502,7 +506,7 @@ async def test_the_results_backlog_is_reported_before_and_after_a_scheduler_work
 
 
 async def _refused_all(scheduler: Scheduler, count: int) -> bool:
-    return scheduler.refused == count
+    return scheduler.refused["results", "not_backed"] == count
 
 
 async def _ask(ctx: PhaseContext) -> PhaseOutcome:
@@ -583,3 +587,75 @@ async def test_the_audit_sweeps_a_finished_session_the_index_still_lists(
         assert "done" in {session_id async for session_id in s.store.active_sessions()}
         assert await s.scheduler.reconcile() == [], "nothing to wake"
         assert "done" not in {session_id async for session_id in s.store.active_sessions()}
+
+
+#: ids no store can hold (a 10 kB one overflows S3's and DynamoDB's keys)
+MALFORMED_IDS = ("../../etc/passwd", "x" * 10_000)
+
+
+async def test_malformed_ids_at_the_schedulers_doors_are_refused_once(
+    tmp_path: Path, location: StoreLocation, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31, finding 10. A result event with a malformed id was nak'ed every second
+    forever on S3 and DynamoDB (the store's key too long: unavailable); a member of the
+    attention set that is not a session id was looked at again every 30 s forever; one
+    in the due set was queued as a wake (and a bad one stopped the promotion of the
+    others due with it). Each is refused once: terminated or dropped, counted by door
+    and reason, one warning without a traceback; a good member due beside them is
+    still woken."""
+    caplog.set_level(logging.INFO)
+    url = require("BH_REDIS_URL", "Redis")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = await location.open()
+    client = redis_client.connect(url)
+    wakes = RQWakes(url, prefix=prefix)
+    settings = SchedulerSettings(reconcile_every=None, attend_every=None, beat_every=None)
+    async with scratch_bus() as bus:
+        await bus.ensure_streams()
+        wire = {"operation_id": "op-1", "session_id": "s1", "succeeded": True}
+        for n, bad in enumerate(MALFORMED_IDS):
+            for field in ("operation_id", "session_id"):
+                raw = json.dumps(wire | {field: bad}).encode()
+                await bus.publish(result_subject("s1"), raw, msg_id=f"raw-{field}-{n}")
+        await bus.publish(result_subject("s1"), b"not json", msg_id="raw-text")
+        leases = RedisLeases(client, prefix=prefix)
+        scheduler = Scheduler(store=store, bus=bus, wakes=wakes, leases=leases, settings=settings)
+        running = asyncio.create_task(scheduler.run())
+        try:
+            await assert_eventually(lambda: _results_settled(scheduler, bus), within=20)
+        finally:
+            await scheduler.shutdown()
+            await running
+        for bad in MALFORMED_IDS:
+            await wakes.attention.watch(bad, after=timedelta(0))
+            await client.zadd(due_key(prefix), {bad: 0, "s-due": 0})
+        assert await scheduler.attend() == {}
+        assert await client.zcard(f"{prefix}:attention") == 0, "dropped, not watched again"
+        assert await wakes.promote_due() == ["s-due"]
+        queued = redis_client.connect_sync(url)
+        assert wake_queue(prefix, "default", queued).count == 1, "s-due's wake only"
+        queued.close()
+    refused = scheduler.refusals()
+    assert refused == {
+        ("results", "invalid_id"): 2 * len(MALFORMED_IDS),
+        ("results", "malformed"): 1,
+        ("attention", "invalid_id"): len(MALFORMED_IDS),
+        ("due", "invalid_id"): len(MALFORMED_IDS),
+    }, refused
+    exported = SchedulerMetrics(scheduler).registry
+    sample = {"door": "attention", "reason": "invalid_id"}
+    assert exported.get_sample_value("brainhands_scheduler_refused_total", sample) == 2
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == sum(refused.values()), [r.getMessage()[:200] for r in warned]
+    assert all(r.exc_info is None and len(r.getMessage()) < 400 for r in warned)
+    wakes.close()
+    await client.aclose()
+
+
+async def _results_settled(scheduler: Scheduler, bus: Bus) -> bool:
+    """Every event refused, and none left to deliver again."""
+    refused = sum(n for (door, _), n in scheduler.refusals().items() if door == "results")
+    if refused != 2 * len(MALFORMED_IDS) + 1:
+        return False
+    info = await bus.js.consumer_info(bus.stream(RESULTS_STREAM), CONSUMER)
+    return info.num_pending + info.num_ack_pending == 0

@@ -49,12 +49,13 @@ from contracts import (
 )
 from contracts.errors import Unauthorized
 from session_api.app import create_app, stop_streams
-from session_api.stream import StreamSettings
+from session_api.stream import SessionStream, StreamSettings
 from session_api.views import CommitEvent, SessionView
 from tests.support.eventually import assert_eventually
 from tests.support.http_server import free_port, serve
 from tests.support.kernel import Kernel, kernel, kind, mail_kind
 from tests.support.processes import ROOT
+from webapi.auth import Grant
 
 pytestmark = pytest.mark.sqlite
 
@@ -142,7 +143,10 @@ def registry() -> Registry:
 
 
 @asynccontextmanager
-async def open_api(tmp_path: Path, streams: StreamSettings = FAST) -> AsyncIterator[Api]:
+async def open_api(
+    tmp_path: Path, streams: StreamSettings = FAST, **options: Any
+) -> AsyncIterator[Api]:
+    """The API over the kernel's store; ``options``: more of ``create_app``'s."""
     wakes = RecordingWakes()
     async with kernel(tmp_path, registry()) as k:
 
@@ -150,7 +154,9 @@ async def open_api(tmp_path: Path, streams: StreamSettings = FAST) -> AsyncItera
             return {"sent_to": args["to"]}
 
         k.tools.register(ToolSpec(name="send"), send)
-        app = create_app(store=k.store, wakes=wakes, token=SecretStr(TOKEN), streams=streams)
+        app = create_app(
+            store=k.store, wakes=wakes, token=SecretStr(TOKEN), streams=streams, **options
+        )
         async with serve(app) as url, httpx.AsyncClient(base_url=url, headers=AUTH) as http:
             yield Api(url, http, k, wakes, app)
 
@@ -507,6 +513,52 @@ async def test_follow_reconnects_and_yields_each_commit_once(tmp_path: Path) -> 
         view = merge(view, item)
     assert [s.request_id for s in view.submissions] == ["r1", "r2", "r3", "r4"]
     assert view.entry_count == 4 and [e.index for e in view.entries] == [0, 1, 2, 3]
+
+
+OTHER = "other-token-0123456789"
+
+
+async def test_open_event_streams_are_capped_per_token_and_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: nothing bounded the event streams one token (or everyone) held open,
+    each polling the store. A stream's slot is reserved before it opens, so concurrent
+    requests cannot all pass the check (invariant 20); over a cap the answer is 429
+    ``too_many_requests`` with ``Retry-After``; a slot is released when its stream ends
+    however it ends — the client gone, or its opening failed."""
+    capped = FAST.model_copy(update={"max_open": 3, "max_open_per_token": 2})
+    other = Grant(name="other", token=SecretStr(OTHER), access="read")
+    async with open_api(tmp_path, capped, tokens=(other,)) as api:
+        stranger = httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {OTHER}"})
+        async with stranger, events(api) as first, events(api) as second:
+            await first.next()
+            await second.next()
+            refused = await api.http.get("/v1/sessions/s1/events")
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "too_many_requests"
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "default" in refused.json()["error"]["message"]  # the token's own cap
+            async with stranger.stream("GET", "/v1/sessions/s1/events") as third:
+                assert third.status_code == 200
+                over = await stranger.get("/v1/sessions/s1/events")
+                assert over.status_code == 429 and "this server" in over.json()["error"]["message"]
+        await assert_eventually(lambda: _streams_open(api, 0), within=10)
+
+        async def broken(self: SessionStream, last_event_id: int | None) -> None:
+            raise StoreUnavailable("the store is away (test)")
+
+        monkeypatch.setattr(SessionStream, "open", broken)
+        for _ in range(3):  # more than the token's cap: each failed opening gave its slot back
+            failed = await api.http.get("/v1/sessions/s1/events")
+            assert failed.status_code == 503
+        assert await _streams_open(api, 0)
+        monkeypatch.undo()
+        async with events(api) as again:
+            assert (await again.next())[0] == "view"
+
+
+async def _streams_open(api: Api, count: int) -> bool:
+    return bool(api.app.state.context.slots.open == count)
 
 
 async def test_cancel_records_the_request_and_wakes_the_session(api: Api) -> None:

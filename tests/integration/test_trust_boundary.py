@@ -9,6 +9,8 @@ service in this process and tools that count their real runs in a ledger.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,13 @@ from runtime.cancellation import cancel_and_wait
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
 from tests.support.intents import commit_intent
+from tests.support.stores import StoreLocation, location_fixture
 from tests.support.toolpath import ledger_tool, runs, scratch_bus
 
 pytestmark = [pytest.mark.nats, pytest.mark.sqlite]
+
+#: the malformed-id tests run on SQLite and on S3 (moto), whose keys a 10 kB id overflows
+location = location_fixture(("sqlite", "s3"))
 
 
 def call(op: str, session: str = "victim", **args: Any) -> Dispatch:
@@ -198,3 +204,49 @@ async def _has_result(store: SessionStore, op: str) -> bool:
 
 async def _running(hands: Hands, op: str) -> bool:
     return await hands.sandbox.state(op) is not None
+
+
+#: ids no store can hold, and no Hands may run a container for
+MALFORMED_IDS = {"operation_id": "../../etc/passwd", "session_id": "x" * 10_000, "task_id": "a b"}
+
+
+async def test_messages_with_malformed_ids_are_refused_once_and_never_redelivered(
+    location: StoreLocation, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31, finding 10: an insider's dispatch with an id of ``../../etc/passwd`` or
+    10 kB validated, then failed on every delivery (a ``ValidationError`` traceback, or
+    the store's key too long on S3) and was redelivered forever. Each is terminated,
+    counted and logged once without a traceback; so is a cancellation broadcast with
+    such an id, and the Hands goes on serving."""
+    caplog.set_level(logging.INFO, logger="hands")
+    store = await location.open()
+    await store.tools.register(ledger_tool("act", tmp_path / "ledger"))
+    wire = call("op-ok").model_dump(mode="json")
+    async with scratch_bus() as bus, Hands(store, bus, tmp_path) as hands:
+        for field, bad in MALFORMED_IDS.items():
+            raw = json.dumps(wire | {field: bad}).encode()
+            await bus.publish(dispatch_subject("act"), raw, msg_id=f"raw-{field}")
+        await assert_eventually(lambda: _drained(bus), within=15)
+        metrics = hands.executor.metrics
+        assert metrics.refused_count("dispatch", "invalid_id") == len(MALFORMED_IDS)
+        for field, bad in MALFORMED_IDS.items():
+            raw = json.dumps({"operation_id": "op-ok", "session_id": "s1", field: bad}).encode()
+            await bus.broadcast(CANCEL_SUBJECT, raw)
+        await assert_eventually(
+            lambda: _counted(hands, "cancel", "invalid_id", len(MALFORMED_IDS)), within=10
+        )
+        real = call("op-ok")
+        await commit_intent(store, real)
+        await bus.publish(dispatch_subject("act"), real, msg_id="op-ok")
+        await assert_eventually(lambda: _has_result(store, "op-ok"), within=15)
+    assert metrics.loop_error_count("handle") == 0
+    assert runs(tmp_path / "ledger") == ["op-ok"]
+    lines = [r for r in caplog.records if r.name.startswith("hands") and r.levelno >= 30]
+    refusals = [r for r in lines if "refused" in r.getMessage()]
+    assert len(refusals) == 2 * len(MALFORMED_IDS), [r.getMessage()[:200] for r in lines]
+    assert all(r.exc_info is None and len(r.getMessage()) < 400 for r in lines)
+    assert lines == refusals, "nothing else was logged about them"
+
+
+async def _counted(hands: Hands, kind: str, reason: str, count: int) -> bool:
+    return hands.executor.metrics.refused_count(kind, reason) == count
