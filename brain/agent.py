@@ -136,8 +136,11 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     ctx.crash_point("call:before:model")
     try:
         attempt = f"{prefix}.a{ctx.attempt}"
-        reply = await model.complete(
-            messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
+        # a new message (policy interrupt) may abandon the call, but not its answer
+        reply = await ctx.interruptible(
+            lambda: model.complete(
+                messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
+            )
         )
     except ModelUnavailable as error:
         streamed = ctx.previewed()
