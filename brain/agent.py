@@ -115,24 +115,24 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     model = ctx.services.model
     if model is None:
         return Fail(error=ErrorInfo(code="no_model", message="this Brain has no model client"))
-    over = _over_budget(ctx)
-    if over is not None:
-        return over
-    held = await _rate_limited(ctx)
-    if held is not None:
-        return held
     conversation = str(ctx.input.get("conversation_id", "main"))
     round_ = ctx.memo_int("round", 1)
     waits = ctx.memo_int(RATE_WAITS)
     # a rate-limit wait re-enters this phase at attempt 1: fresh ids for its attempts
     prefix = f"{ctx.task.id}.r{round_}" + (f".w{waits}" if waits else "")
     history = await ctx.conversation(conversation)
-    interrupted = _interruptions(ctx, prefix, conversation, history)
     messages = [_system(ctx), *_messages(history)]
     tools = [
         ToolSchema(name=spec.name, description=spec.description, parameters=spec.parameters)
         for spec in ctx.services.tools.specs()
     ]
+    over = await _within_budget(ctx, model.estimate(messages, tools))
+    if over is not None:
+        return over
+    held = await _rate_limited(ctx)
+    if held is not None:
+        return held
+    interrupted = _interruptions(ctx, prefix, conversation, history)
     ctx.crash_point("call:before:model")
     try:
         attempt = f"{prefix}.a{ctx.attempt}"
@@ -234,19 +234,51 @@ BUDGET_SINCE = "budget_since"
 GO_ON, STOP = "continue", "stop"
 
 
+async def _within_budget(ctx: PhaseContext, estimate: Usage) -> PhaseOutcome | None:
+    """Before a model call: admit it within the session's and this task's budgets, and
+    hold its ``estimate`` against the session's (``brain.reservations``), or say what
+    to do instead. A budget that the committed usage alone has reached fails the task or
+    asks to go on; one that only the other agents' calls in flight would reach makes
+    this call wait until one of them is settled, and then it is checked again."""
+    while True:
+        over = _over_budget(ctx)
+        if over is not None:
+            return over
+        if _fits_beside_calls_in_flight(ctx):
+            ctx.reserve(estimate)  # no await since the check: nobody passed it meanwhile
+            return None
+        await ctx.reservation_released()
+
+
+def _fits_beside_calls_in_flight(ctx: PhaseContext) -> bool:
+    """Whether the session's budget is not reached by its committed usage together with
+    the other tasks' calls in flight, at their estimates."""
+    budget = ctx.session_budget()
+    if budget is None:
+        return True
+    used = ctx.session_usage().plus(ctx.reserved_by_others())
+    return budget.reached(used, _since(ctx, "session")) is None
+
+
+def _since(ctx: PhaseContext, key: str) -> Usage | None:
+    """The usage (the session's, or the task's) when someone last allowed this task one
+    more budget's worth; None: never."""
+    since = ctx.memo.get(BUDGET_SINCE)
+    if not isinstance(since, dict) or key not in since:
+        return None
+    return Usage.model_validate(since[key])
+
+
 def _over_budget(ctx: PhaseContext) -> PhaseOutcome | None:
     """Before a model call: the session's or this task's budget is used up: fail, or
     ask whether to go on for one more budget's worth (``contracts.usage.Budget``)."""
     extensions = ctx.memo_int(BUDGET_EXTENSIONS)
-    since = ctx.memo.get(BUDGET_SINCE)
-    since = since if isinstance(since, dict) else {}
     given = ctx.input.get("budget") if isinstance(ctx.input, dict) else None
     checks = [(ctx.session_budget(), ctx.session_usage(), "session", "the session's")]
     if given is not None:
         checks.append((Budget.model_validate(given), ctx.task.usage, "task", "this task's"))
     for budget, used, key, whose in checks:
-        start = Usage.model_validate(since[key]) if key in since else None
-        reached = budget.reached(used, start) if budget else None
+        reached = budget.reached(used, _since(ctx, key)) if budget else None
         if budget is None or reached is None:
             continue
         said = f"{whose} model budget is used up: {reached}"

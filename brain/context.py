@@ -11,6 +11,7 @@ from pydantic import JsonValue
 
 from brain.operations import Operations, Performed
 from brain.progress import Progress
+from brain.reservations import Reservations
 from brain.services import Services
 from contracts import Answer, Budget, Document, Entry, NotFound, Operation, Task, Usage
 from coordination.leases import LeaseProof
@@ -42,9 +43,11 @@ class PhaseContext:
         *,
         lease: LeaseProof | None = None,
         progress: Progress | None = None,
+        reservations: Reservations | None = None,
     ) -> None:
         self.task = task
         self._progress = progress
+        self._reservations = reservations if reservations is not None else Reservations()
         #: why a new message interrupted this phase (None: it was not)
         self._interrupted: str | None = None
         self._call: asyncio.Future[Any] | None = None
@@ -111,6 +114,20 @@ class PhaseContext:
 
     def session_budget(self) -> Budget | None:
         return budget_of(self._handle.state)
+
+    def reserved_by_others(self) -> Usage:
+        """What the other tasks' model calls in flight may use, at their estimates
+        (``brain.reservations``): not committed yet, but a budget counts them."""
+        return self._reservations.others(self.task.id)
+
+    def reserve(self, estimate: Usage) -> None:
+        """Hold ``estimate`` for this phase's model call until its outcome is
+        committed (check, then reserve, with no await between: one step)."""
+        self._reservations.hold(self.task.id, estimate)
+
+    async def reservation_released(self) -> None:
+        """Until another task's call in flight is settled (its outcome committed)."""
+        await self._reservations.released()
 
     def document(self, name: str) -> Document | None:
         return self._handle.state.documents.get(name)

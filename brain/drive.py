@@ -35,6 +35,7 @@ from brain.operations import Dispatched, OperationInFlight, OperationParked
 from brain.outcome import Effects, Fail, Next, PhaseOutcome, Retry, Wait
 from brain.progress import Progress
 from brain.registry import TaskKind
+from brain.reservations import Reservations
 from bus import CANCEL_SUBJECT, dispatch_subject
 from contracts import (
     BrainhandsError,
@@ -116,6 +117,8 @@ class Drive:
         self.plan = planner.Plan()
         #: previews of running phases, written by deferred commits (``brain.progress``)
         self.progress = Progress(self.services.progress)
+        #: model calls in flight, held at their estimates (``brain.reservations``)
+        self.reservations = Reservations()
         self._progress_writer: asyncio.Task[None] | None = None
         #: awaited operations without a result at the last planning pass
         self.awaiting: set[str] = set()
@@ -453,16 +456,22 @@ class Drive:
                 "brainhands.runner": self.services.runner_id,
             },
         ):
-            outcome = await self._run_phase(task, kind)
-            if outcome is None:  # told to stop
-                return False
-            this = asyncio.current_task()
-            if this is not None and this.cancelling():
-                # the drive is ending (a handler may have kept the cancel from its own
-                # awaits): decide nothing
-                raise asyncio.CancelledError
-            self.phases += 1
-            return await self._commit_outcome(task, outcome, kind)
+            try:
+                return await self._run_and_commit(task, kind)
+            finally:  # the outcome, and the usage of the call, are committed (or never)
+                self.reservations.release(task.id)
+
+    async def _run_and_commit(self, task: Task, kind: TaskKind) -> bool:
+        outcome = await self._run_phase(task, kind)
+        if outcome is None:  # told to stop
+            return False
+        this = asyncio.current_task()
+        if this is not None and this.cancelling():
+            # the drive is ending (a handler may have kept the cancel from its own
+            # awaits): decide nothing
+            raise asyncio.CancelledError
+        self.phases += 1
+        return await self._commit_outcome(task, outcome, kind)
 
     def _root_of(self, task: Task) -> str:
         tasks, current = self.handle.state.tasks, task
@@ -476,7 +485,12 @@ class Drive:
     async def _run_phase(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         handler = kind.phases[task.phase]
         context = PhaseContext(
-            task, self.handle, self.services, lease=self.lease, progress=self.progress
+            task,
+            self.handle,
+            self.services,
+            lease=self.lease,
+            progress=self.progress,
+            reservations=self.reservations,
         )
         running = asyncio.ensure_future(handler(context))
         self.handlers[task.id], self.contexts[task.id] = running, context

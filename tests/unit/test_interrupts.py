@@ -15,7 +15,7 @@ from brain.context import PhaseContext
 from brain.model.messages import ChatMessage, ModelReply, ToolSchema
 from brain.outcome import Next
 from brain.registry import Registry
-from contracts import EntryKind, Handling, SubmissionStatus, TaskStatus
+from contracts import EntryKind, Handling, SubmissionStatus, TaskStatus, Usage
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel, kind
 
@@ -38,6 +38,9 @@ class Answers:
         self.calls += 1
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
         return ModelReply(content=self.answers.pop(0), model="m", usage=usage)
+
+    def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]) -> Usage:
+        return Usage(calls=1, input_tokens=10, output_tokens=5)
 
     async def aclose(self) -> None:
         pass
