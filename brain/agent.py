@@ -35,9 +35,10 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from brain.context import PhaseContext
+from brain.context import CallInterrupted, PhaseContext
 from brain.decide import INPUTS_SEEN
-from brain.model.messages import ChatMessage, ToolCall, ToolSchema
+from brain.model.client import ModelClient
+from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, Sleep, TaskSpec, Wait
 from brain.registry import TaskKind
 from brain.tools import ToolSpec, validate_arguments
@@ -48,6 +49,7 @@ from contracts import (
     EntryKind,
     ErrorInfo,
     InvalidInput,
+    ModelRejected,
     ModelUnavailable,
     Outcome,
     PendingCall,
@@ -59,6 +61,7 @@ from contracts import (
 )
 from contracts.question import ApprovalRule
 from contracts.usage import Budget, ModelUsage, Usage
+from coordination.ratelimit import Admission
 
 log = logging.getLogger(__name__)
 
@@ -126,22 +129,17 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         ToolSchema(name=spec.name, description=spec.description, parameters=spec.parameters)
         for spec in ctx.services.tools.specs()
     ]
-    over = await _within_budget(ctx, model.estimate(messages, tools))
+    estimate = model.estimate(messages, tools)
+    over = await _within_budget(ctx, estimate)
     if over is not None:
         return over
-    held = await _rate_limited(ctx)
-    if held is not None:
-        return held
+    admission = await _admit(ctx, estimate.tokens)
+    if admission is not None and not admission.admitted:
+        return _sleep_for_window(ctx, admission.wait)
     interrupted = _interruptions(ctx, prefix, conversation, history)
     ctx.crash_point("call:before:model")
     try:
-        attempt = f"{prefix}.a{ctx.attempt}"
-        # a new message (policy interrupt) may abandon the call, but not its answer
-        reply = await ctx.interruptible(
-            lambda: model.complete(
-                messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
-            )
-        )
+        reply = await _ask(ctx, model, messages, tools, f"{prefix}.a{ctx.attempt}", admission)
     except ModelUnavailable as error:
         streamed = ctx.previewed()
         note = _interruption(
@@ -158,8 +156,6 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         return Retry(
             reason=error.message, delay=delay, effects=Effects(entries=(*interrupted, note))
         )
-    ctx.crash_point("call:after:model")
-    await _charge(ctx, reply.usage)
     used = ModelUsage(
         model=reply.model or "unknown",
         usage=Usage.of_call(reply.usage).model_copy(update={"cost": reply.cost or 0.0}),
@@ -194,38 +190,73 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     )
 
 
+async def _ask(
+    ctx: PhaseContext,
+    model: ModelClient,
+    messages: list[ChatMessage],
+    tools: list[ToolSchema],
+    attempt: str,
+    admission: Admission | None,
+) -> ModelReply:
+    """The model call, which a new message may abandon (policy interrupt) until it has
+    answered; its reservation under the shared limits is settled to what it used."""
+    try:
+        reply = await ctx.interruptible(
+            lambda: model.complete(
+                messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
+            )
+        )
+    except CallInterrupted as stopped:
+        if not stopped.started:  # never made: it used nothing
+            await _settle(ctx, admission, 0)
+        raise
+    except (ModelRejected, ModelUnavailable) as error:
+        # an HTTP error answered it (429, 5xx, 4xx): nothing was billed. Without one (a
+        # timeout, a cut stream) what it used is unknown: its estimate stays charged
+        if "status" in error.details:
+            await _settle(ctx, admission, 0)
+        raise
+    ctx.crash_point("call:after:model")
+    await _settle(ctx, admission, Usage.of_call(reply.usage).tokens)
+    return reply
+
+
 RATE_WAITS = "rate_waits"
 
 
-async def _rate_limited(ctx: PhaseContext) -> PhaseOutcome | None:
-    """Before a model call: the endpoint's shared limits (``coordination.ratelimit``)
-    are used up for this minute: sleep until the window ends (durably: the Brain lets
-    go of the session), then make the call. Redis away: the call goes ahead (the
-    server's own 429 still backs it off)."""
+async def _admit(ctx: PhaseContext, tokens: int) -> Admission | None:
+    """Before a model call: ask the endpoint's shared limits (``coordination.ratelimit``)
+    to admit a call of up to ``tokens``, reserved in this minute's window. None: no
+    limits here, or Redis is away and the call goes ahead (the server's own 429 still
+    backs it off)."""
     limits = ctx.services.limits
     if limits is None:
         return None
     try:
-        wait = await limits.admit()
+        return await limits.admit(tokens)
     except StoreUnavailable as error:
         log.warning("task %s: model limits not checked: %s", ctx.task.id, error.message)
         return None
-    if wait <= 0:
-        return None
+
+
+def _sleep_for_window(ctx: PhaseContext, wait: float) -> Sleep:
+    """The endpoint's limits are used up for this window: sleep until it ends (durably:
+    the Brain lets go of the session), then ask again."""
     memo: dict[str, JsonValue] = {RATE_WAITS: ctx.memo_int(RATE_WAITS) + 1}
     until = ctx.now() + timedelta(seconds=wait + random.uniform(0, 1))  # spread the herd
     return Sleep(until=until, next_phase="request", effects=Effects(memo=memo))
 
 
-async def _charge(ctx: PhaseContext, counts: dict[str, int]) -> None:
+async def _settle(ctx: PhaseContext, admission: Admission | None, tokens: int) -> None:
+    """Correct the call's reservation to the ``tokens`` it used (0: none). Not
+    settled (Redis away), the reservation stays charged at its estimate."""
     limits = ctx.services.limits
-    if limits is None:
+    if limits is None or admission is None:
         return
-    tokens = Usage.of_call(counts).tokens
     try:
-        await limits.charge(tokens)
+        await limits.settle(admission, tokens)
     except StoreUnavailable as error:
-        log.warning("task %s: %d tokens not charged: %s", ctx.task.id, tokens, error.message)
+        log.warning("task %s: %d tokens not settled: %s", ctx.task.id, tokens, error.message)
 
 
 BUDGET_EXTENSIONS = "budget_extensions"

@@ -16,6 +16,7 @@ from brain.model.messages import ChatMessage, ModelReply, ToolSchema
 from brain.outcome import Next
 from brain.registry import Registry
 from contracts import EntryKind, Handling, SubmissionStatus, TaskStatus, Usage
+from coordination.ratelimit import Admission
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel, kind
 
@@ -47,16 +48,16 @@ class Answers:
 
 
 class HeldCharge:
-    """Rate limits whose charge after the call waits until ``release`` is set."""
+    """Rate limits whose settling after the call waits until ``release`` is set."""
 
     def __init__(self) -> None:
         self.charging = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def admit(self) -> float:
-        return 0.0
+    async def admit(self, tokens: int) -> Admission:
+        return Admission(wait=0, window=1, reserved=tokens)
 
-    async def charge(self, tokens: int) -> None:
+    async def settle(self, admission: Admission, tokens: int) -> None:
         self.charging.set()
         await self.release.wait()
 
