@@ -211,9 +211,11 @@ async def _ask(
             await _settle(ctx, admission, 0)
         raise
     except (ModelRejected, ModelUnavailable) as error:
-        # an HTTP error answered it (429, 5xx, 4xx): nothing was billed. Without one (a
-        # timeout, a cut stream) what it used is unknown: its estimate stays charged
-        if "status" in error.details:
+        # an HTTP error answered it (429, 5xx, 4xx): nothing was billed. Otherwise (a
+        # timeout, a cut stream, a malformed 200) what it used is unknown: its estimate
+        # stays charged
+        status = error.details.get("status")
+        if isinstance(status, int) and status >= 400:
             await _settle(ctx, admission, 0)
         raise
     ctx.crash_point("call:after:model")

@@ -155,6 +155,33 @@ async def test_concurrent_calls_cannot_each_pass_a_token_limit_meant_for_one(
         await store.close()
 
 
+async def test_the_agent_settles_each_call_to_what_it_used(tmp_path: Path) -> None:
+    # The first call is refused with a 429 (nothing billed: its reservation is given
+    # back), the retry answers (its reservation becomes its usage).
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = await open_store(url)
+    await SessionClient(store).submit("s1", "r1", "hello")
+    redis = redis_client.connect(require("BH_REDIS_URL", "Redis"))
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    refused_once = {"content": "hi", "fail_first": 1, "fail_status": 429, "retry_after": 0}
+    model = ScriptedModel(Script.model_validate({"model": "m", "turns": [refused_once]}), token="t")
+    try:
+        async with serve(model.app()) as model_url, AsyncExitStack() as stack:
+            settings = ModelSettings(base_url=f"{model_url}/v1", api_key=SecretStr("t"), model="m")
+            limits = ModelLimits(
+                redis, "e", tokens_per_minute=10_000, prefix=prefix, window_ms=HOUR
+            )
+            brain = await build(BrainSettings(store_url=url, model=settings), stack, limits=limits)
+            assert not (await brain.runner.drive("s1")).active
+        window = await redis_window(redis, HOUR)
+        assert len(model.received) == 2
+        usage = (await store.session("s1")).state.tasks["root.r1"].usage
+        assert usage.calls == 1 and await window_tokens(redis, prefix, window) == usage.tokens
+    finally:
+        await redis.aclose()
+        await store.close()
+
+
 async def test_a_call_is_charged_to_the_window_that_admitted_it() -> None:
     client = redis_client.connect(require("BH_REDIS_URL", "Redis"))
     prefix = f"t{uuid.uuid4().hex[:8]}"
