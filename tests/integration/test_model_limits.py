@@ -31,6 +31,8 @@ pytestmark = pytest.mark.redis
 #: an hour's window: a test never straddles two windows (a minute's might)
 HOUR = 3_600_000
 SCRIPT = Script.model_validate({"model": "m", "turns": [{"content": "hi"}]})
+#: an answer of 120 tokens
+LONG = Script.model_validate({"model": "m", "turns": [{"content": "word " * 120}]})
 
 
 async def test_the_window_counts_requests_and_tokens_on_redis_time() -> None:
@@ -129,8 +131,10 @@ async def test_a_call_past_the_limit_sleeps_durably_on_any_brain(tmp_path: Path)
 async def test_concurrent_calls_cannot_each_pass_a_token_limit_meant_for_one(
     tmp_path: Path,
 ) -> None:
-    # Eight agents of one session ask for the model at once, under 100 tokens a window;
-    # each call uses about 50. Admission counts the calls in flight at their estimates.
+    # Eight agents of one session ask for the model at once, under 100 tokens a window.
+    # Admission counts the first call at its estimate (over 1,000 tokens) while it is in
+    # flight, and at its usage (over 100) once settled: whenever the others ask, the
+    # window is full.
     url = f"sqlite:///{tmp_path}/s.db"
     store = await open_store(url)
     client = SessionClient(store)
@@ -138,7 +142,7 @@ async def test_concurrent_calls_cannot_each_pass_a_token_limit_meant_for_one(
         await client.submit("s1", f"r{n}", f"question {n}", conversation_id=f"c{n}")
     redis = redis_client.connect(require("BH_REDIS_URL", "Redis"))
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    model = ScriptedModel(SCRIPT, token="t")
+    model = ScriptedModel(LONG, token="t")
     try:
         async with serve(model.app()) as model_url, AsyncExitStack() as stack:
             settings = ModelSettings(base_url=f"{model_url}/v1", api_key=SecretStr("t"), model="m")
