@@ -462,6 +462,8 @@ class Drive:
                 self.reservations.release(task.id)
 
     async def _run_and_commit(self, task: Task, kind: TaskKind) -> bool:
+        """The phase, then the commit of its outcome (none when the task was told to
+        stop, nor when the drive is ending)."""
         outcome = await self._run_phase(task, kind)
         if outcome is None:  # told to stop
             return False
