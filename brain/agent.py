@@ -35,9 +35,10 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from brain.context import PhaseContext
+from brain.context import CallInterrupted, PhaseContext
 from brain.decide import INPUTS_SEEN
-from brain.model.messages import ChatMessage, ToolCall, ToolSchema
+from brain.model.client import ModelClient
+from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
 from brain.outcome import Done, Effects, Fail, Next, PhaseOutcome, Retry, Sleep, TaskSpec, Wait
 from brain.registry import TaskKind
 from brain.tools import ToolSpec, validate_arguments
@@ -48,6 +49,7 @@ from contracts import (
     EntryKind,
     ErrorInfo,
     InvalidInput,
+    ModelRejected,
     ModelUnavailable,
     Outcome,
     PendingCall,
@@ -59,6 +61,7 @@ from contracts import (
 )
 from contracts.question import ApprovalRule
 from contracts.usage import Budget, ModelUsage, Usage
+from coordination.ratelimit import Admission
 
 log = logging.getLogger(__name__)
 
@@ -115,30 +118,28 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     model = ctx.services.model
     if model is None:
         return Fail(error=ErrorInfo(code="no_model", message="this Brain has no model client"))
-    over = _over_budget(ctx)
-    if over is not None:
-        return over
-    held = await _rate_limited(ctx)
-    if held is not None:
-        return held
     conversation = str(ctx.input.get("conversation_id", "main"))
     round_ = ctx.memo_int("round", 1)
     waits = ctx.memo_int(RATE_WAITS)
     # a rate-limit wait re-enters this phase at attempt 1: fresh ids for its attempts
     prefix = f"{ctx.task.id}.r{round_}" + (f".w{waits}" if waits else "")
     history = await ctx.conversation(conversation)
-    interrupted = _interruptions(ctx, prefix, conversation, history)
     messages = [_system(ctx), *_messages(history)]
     tools = [
         ToolSchema(name=spec.name, description=spec.description, parameters=spec.parameters)
         for spec in ctx.services.tools.specs()
     ]
+    estimate = model.estimate(messages, tools)
+    over = await _within_budget(ctx, estimate)
+    if over is not None:
+        return over
+    admission = await _admit(ctx, estimate.tokens)
+    if admission is not None and not admission.admitted:
+        return _sleep_for_window(ctx, admission.wait)
+    interrupted = _interruptions(ctx, prefix, conversation, history)
     ctx.crash_point("call:before:model")
     try:
-        attempt = f"{prefix}.a{ctx.attempt}"
-        reply = await model.complete(
-            messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
-        )
+        reply = await _ask(ctx, model, messages, tools, f"{prefix}.a{ctx.attempt}", admission)
     except ModelUnavailable as error:
         streamed = ctx.previewed()
         note = _interruption(
@@ -155,8 +156,6 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
         return Retry(
             reason=error.message, delay=delay, effects=Effects(entries=(*interrupted, note))
         )
-    ctx.crash_point("call:after:model")
-    await _charge(ctx, reply.usage)
     used = ModelUsage(
         model=reply.model or "unknown",
         usage=Usage.of_call(reply.usage).model_copy(update={"cost": reply.cost or 0.0}),
@@ -191,38 +190,75 @@ async def _request(ctx: PhaseContext) -> PhaseOutcome:
     )
 
 
+async def _ask(
+    ctx: PhaseContext,
+    model: ModelClient,
+    messages: list[ChatMessage],
+    tools: list[ToolSchema],
+    attempt: str,
+    admission: Admission | None,
+) -> ModelReply:
+    """The model call, which a new message may abandon (policy interrupt) until it has
+    answered; its reservation under the shared limits is settled to what it used."""
+    try:
+        reply = await ctx.interruptible(
+            lambda: model.complete(
+                messages, tools=tools, request_id=attempt, on_text=lambda p: ctx.preview(attempt, p)
+            )
+        )
+    except CallInterrupted as stopped:
+        if not stopped.started:  # never made: it used nothing
+            await _settle(ctx, admission, 0)
+        raise
+    except (ModelRejected, ModelUnavailable) as error:
+        # an HTTP error answered it (429, 5xx, 4xx): nothing was billed. Otherwise (a
+        # timeout, a cut stream, a malformed 200) what it used is unknown: its estimate
+        # stays charged
+        status = error.details.get("status")
+        if isinstance(status, int) and status >= 400:
+            await _settle(ctx, admission, 0)
+        raise
+    ctx.crash_point("call:after:model")
+    await _settle(ctx, admission, Usage.of_call(reply.usage).tokens)
+    return reply
+
+
 RATE_WAITS = "rate_waits"
 
 
-async def _rate_limited(ctx: PhaseContext) -> PhaseOutcome | None:
-    """Before a model call: the endpoint's shared limits (``coordination.ratelimit``)
-    are used up for this minute: sleep until the window ends (durably: the Brain lets
-    go of the session), then make the call. Redis away: the call goes ahead (the
-    server's own 429 still backs it off)."""
+async def _admit(ctx: PhaseContext, tokens: int) -> Admission | None:
+    """Before a model call: ask the endpoint's shared limits (``coordination.ratelimit``)
+    to admit a call of up to ``tokens``, reserved in this minute's window. None: no
+    limits here, or Redis is away and the call goes ahead (the server's own 429 still
+    backs it off)."""
     limits = ctx.services.limits
     if limits is None:
         return None
     try:
-        wait = await limits.admit()
+        return await limits.admit(tokens)
     except StoreUnavailable as error:
         log.warning("task %s: model limits not checked: %s", ctx.task.id, error.message)
         return None
-    if wait <= 0:
-        return None
+
+
+def _sleep_for_window(ctx: PhaseContext, wait: float) -> Sleep:
+    """The endpoint's limits are used up for this window: sleep until it ends (durably:
+    the Brain lets go of the session), then ask again."""
     memo: dict[str, JsonValue] = {RATE_WAITS: ctx.memo_int(RATE_WAITS) + 1}
     until = ctx.now() + timedelta(seconds=wait + random.uniform(0, 1))  # spread the herd
     return Sleep(until=until, next_phase="request", effects=Effects(memo=memo))
 
 
-async def _charge(ctx: PhaseContext, counts: dict[str, int]) -> None:
+async def _settle(ctx: PhaseContext, admission: Admission | None, tokens: int) -> None:
+    """Correct the call's reservation to the ``tokens`` it used (0: none). Not
+    settled (Redis away), the reservation stays charged at its estimate."""
     limits = ctx.services.limits
-    if limits is None:
+    if limits is None or admission is None:
         return
-    tokens = Usage.of_call(counts).tokens
     try:
-        await limits.charge(tokens)
+        await limits.settle(admission, tokens)
     except StoreUnavailable as error:
-        log.warning("task %s: %d tokens not charged: %s", ctx.task.id, tokens, error.message)
+        log.warning("task %s: %d tokens not settled: %s", ctx.task.id, tokens, error.message)
 
 
 BUDGET_EXTENSIONS = "budget_extensions"
@@ -231,19 +267,51 @@ BUDGET_SINCE = "budget_since"
 GO_ON, STOP = "continue", "stop"
 
 
+async def _within_budget(ctx: PhaseContext, estimate: Usage) -> PhaseOutcome | None:
+    """Before a model call: admit it within the session's and this task's budgets, and
+    hold its ``estimate`` against the session's (``brain.reservations``), or say what
+    to do instead. A budget that the committed usage alone has reached fails the task or
+    asks to go on; one that only the other agents' calls in flight would reach makes
+    this call wait until one of them is settled, and then it is checked again."""
+    while True:
+        over = _over_budget(ctx)
+        if over is not None:
+            return over
+        if _fits_beside_calls_in_flight(ctx):
+            ctx.reserve(estimate)  # no await since the check: nobody passed it meanwhile
+            return None
+        await ctx.reservation_released()
+
+
+def _fits_beside_calls_in_flight(ctx: PhaseContext) -> bool:
+    """Whether the session's budget is not reached by its committed usage together with
+    the other tasks' calls in flight, at their estimates."""
+    budget = ctx.session_budget()
+    if budget is None:
+        return True
+    used = ctx.session_usage().plus(ctx.reserved_by_others())
+    return budget.reached(used, _since(ctx, "session")) is None
+
+
+def _since(ctx: PhaseContext, key: str) -> Usage | None:
+    """The usage (the session's, or the task's) when someone last allowed this task one
+    more budget's worth; None: never."""
+    since = ctx.memo.get(BUDGET_SINCE)
+    if not isinstance(since, dict) or key not in since:
+        return None
+    return Usage.model_validate(since[key])
+
+
 def _over_budget(ctx: PhaseContext) -> PhaseOutcome | None:
     """Before a model call: the session's or this task's budget is used up: fail, or
     ask whether to go on for one more budget's worth (``contracts.usage.Budget``)."""
     extensions = ctx.memo_int(BUDGET_EXTENSIONS)
-    since = ctx.memo.get(BUDGET_SINCE)
-    since = since if isinstance(since, dict) else {}
     given = ctx.input.get("budget") if isinstance(ctx.input, dict) else None
     checks = [(ctx.session_budget(), ctx.session_usage(), "session", "the session's")]
     if given is not None:
         checks.append((Budget.model_validate(given), ctx.task.usage, "task", "this task's"))
     for budget, used, key, whose in checks:
-        start = Usage.model_validate(since[key]) if key in since else None
-        reached = budget.reached(used, start) if budget else None
+        reached = budget.reached(used, _since(ctx, key)) if budget else None
         if budget is None or reached is None:
             continue
         said = f"{whose} model budget is used up: {reached}"

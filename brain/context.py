@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
 from brain.operations import Operations, Performed
 from brain.progress import Progress
+from brain.reservations import Reservations
 from brain.services import Services
 from contracts import Answer, Budget, Document, Entry, NotFound, Operation, Task, Usage
 from coordination.leases import LeaseProof
 from session_store import SessionHandle
 from session_store.usage import budget_of, usage_of
+
+T = TypeVar("T")
+
+
+class CallInterrupted(Exception):
+    """A new message abandoned this phase's call (policy ``interrupt``): the phase ends
+    here, and the drive enters the phase its kind names instead. ``started``: whether
+    the call had begun (it may have been billed); ``why``: what interrupted it."""
+
+    def __init__(self, why: str, *, started: bool) -> None:
+        super().__init__(why)
+        self.why = why
+        self.started = started
 
 
 class PhaseContext:
@@ -28,9 +43,14 @@ class PhaseContext:
         *,
         lease: LeaseProof | None = None,
         progress: Progress | None = None,
+        reservations: Reservations | None = None,
     ) -> None:
         self.task = task
         self._progress = progress
+        self._reservations = reservations if reservations is not None else Reservations()
+        #: why a new message interrupted this phase (None: it was not)
+        self._interrupted: str | None = None
+        self._call: asyncio.Future[Any] | None = None
         self._handle = handle
         self.services = services
         state = handle.state
@@ -95,6 +115,20 @@ class PhaseContext:
     def session_budget(self) -> Budget | None:
         return budget_of(self._handle.state)
 
+    def reserved_by_others(self) -> Usage:
+        """What the other tasks' model calls in flight may use, at their estimates
+        (``brain.reservations``): not committed yet, but a budget counts them."""
+        return self._reservations.others(self.task.id)
+
+    def reserve(self, estimate: Usage) -> None:
+        """Hold ``estimate`` for this phase's model call until its outcome is
+        committed (check, then reserve, with no await between: one step)."""
+        self._reservations.hold(self.task.id, estimate)
+
+    async def reservation_released(self) -> None:
+        """Until another task's call in flight is settled (its outcome committed)."""
+        await self._reservations.released()
+
     def document(self, name: str) -> Document | None:
         return self._handle.state.documents.get(name)
 
@@ -118,6 +152,32 @@ class PhaseContext:
     def previewed(self) -> str | None:
         """The text this phase has previewed so far (saved or not)."""
         return None if self._progress is None else self._progress.text(self.task.id)
+
+    async def interruptible(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call()`` (a model call) so that a new message may abandon it: then
+        ``CallInterrupted`` is raised, also when the message came before the call began
+        (the call is not made). Only the call itself is abandoned: once it returned, its
+        answer is this phase's to record, whatever arrives meanwhile."""
+        if self._interrupted is not None:
+            raise CallInterrupted(self._interrupted, started=False)
+        running: asyncio.Future[T] = asyncio.ensure_future(call())
+        self._call = running
+        try:
+            return await running
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if self._interrupted is None or (this is not None and this.cancelling()):
+                raise  # the phase itself is stopped (cancelled task, drive ending)
+            raise CallInterrupted(self._interrupted, started=True) from None
+        finally:
+            self._call = None
+
+    def interrupt(self, why: str) -> None:
+        """A new message asks to abandon this phase's call (the drive, once that message
+        is committed): the call in flight is cancelled; one not begun is not made."""
+        self._interrupted = why
+        if self._call is not None:
+            self._call.cancel()
 
     def crash_point(self, name: str) -> None:
         """A moment where a crash is worth testing (see ``runtime.crashpoints``)."""

@@ -29,12 +29,13 @@ from pydantic import JsonValue
 from brain import decide, planner
 from brain.agent import AGENT
 from brain.builder import CommitBuilder
-from brain.context import PhaseContext
+from brain.context import CallInterrupted, PhaseContext
 from brain.ingest import ingest, root_task_id
 from brain.operations import Dispatched, OperationInFlight, OperationParked
 from brain.outcome import Effects, Fail, Next, PhaseOutcome, Retry, Wait
 from brain.progress import Progress
 from brain.registry import TaskKind
+from brain.reservations import Reservations
 from bus import CANCEL_SUBJECT, dispatch_subject
 from contracts import (
     BrainhandsError,
@@ -105,17 +106,19 @@ class Drive:
         #: tasks whose wait the commit being built ends (``_trace_waits``)
         self._ended_waits: list[Task] = []
         self.handlers: dict[str, asyncio.Future[PhaseOutcome]] = {}
+        #: what each running handler was given: a new message interrupts its call there
+        self.contexts: dict[str, PhaseContext] = {}
         self.cancel_notes: dict[str, str] = {}
         #: tasks whose running phase was stopped because their cancellation was committed
         self.stopped: set[str] = set()
         self.refused: dict[str, ErrorInfo] = {}
         #: tasks a new message asked to interrupt (in the last planning pass built)
         self._interrupts: set[str] = set()
-        #: of those, the ones whose running phase was abandoned: task id -> why
-        self.interrupted: dict[str, str] = {}
         self.plan = planner.Plan()
         #: previews of running phases, written by deferred commits (``brain.progress``)
         self.progress = Progress(self.services.progress)
+        #: model calls in flight, held at their estimates (``brain.reservations``)
+        self.reservations = Reservations()
         self._progress_writer: asyncio.Task[None] | None = None
         #: awaited operations without a result at the last planning pass
         self.awaiting: set[str] = set()
@@ -453,11 +456,24 @@ class Drive:
                 "brainhands.runner": self.services.runner_id,
             },
         ):
-            outcome = await self._run_phase(task, kind)
-            if outcome is None:  # told to stop
-                return False
-            self.phases += 1
-            return await self._commit_outcome(task, outcome, kind)
+            try:
+                return await self._run_and_commit(task, kind)
+            finally:  # the outcome, and the usage of the call, are committed (or never)
+                self.reservations.release(task.id)
+
+    async def _run_and_commit(self, task: Task, kind: TaskKind) -> bool:
+        """The phase, then the commit of its outcome (none when the task was told to
+        stop, nor when the drive is ending)."""
+        outcome = await self._run_phase(task, kind)
+        if outcome is None:  # told to stop
+            return False
+        this = asyncio.current_task()
+        if this is not None and this.cancelling():
+            # the drive is ending (a handler may have kept the cancel from its own
+            # awaits): decide nothing
+            raise asyncio.CancelledError
+        self.phases += 1
+        return await self._commit_outcome(task, outcome, kind)
 
     def _root_of(self, task: Task) -> str:
         tasks, current = self.handle.state.tasks, task
@@ -471,27 +487,27 @@ class Drive:
     async def _run_phase(self, task: Task, kind: TaskKind) -> PhaseOutcome | None:
         handler = kind.phases[task.phase]
         context = PhaseContext(
-            task, self.handle, self.services, lease=self.lease, progress=self.progress
+            task,
+            self.handle,
+            self.services,
+            lease=self.lease,
+            progress=self.progress,
+            reservations=self.reservations,
         )
         running = asyncio.ensure_future(handler(context))
-        self.handlers[task.id] = running
+        self.handlers[task.id], self.contexts[task.id] = running, context
         try:
             return await running
         except LeaseLost:
             raise  # this process can no longer prove its lease: decide nothing
+        except CallInterrupted as interrupted:
+            return self._abandoned(task, kind, interrupted.why)
         except asyncio.CancelledError:
-            why = self.interrupted.pop(task.id, None)
-            if running.cancelled() and why is not None and task.id not in self.stopped:
-                said: dict[str, JsonValue] = {"phase": task.phase, "why": why}
-                partial = self.progress.text(task.id)
-                if partial:
-                    said["preview"] = partial
-                return Next(
-                    phase=kind.interruptible[task.phase],
-                    effects=Effects(memo={"interrupted": said}),
-                )
-            if not running.cancelled() or task.id not in self.stopped:
+            this = asyncio.current_task()
+            if this is not None and this.cancelling():
                 raise  # the drive is abandoned (lease lost, shutdown): decide nothing
+            if not running.cancelled() or task.id not in self.stopped:
+                raise
             cancelled = await context.record_cancelled_call()
             if cancelled is not None:
                 self.cancel_notes[task.id] = (
@@ -520,6 +536,18 @@ class Drive:
             return Retry(reason=f"{type(error).__name__}: {error}")
         finally:
             self.handlers.pop(task.id, None)
+            self.contexts.pop(task.id, None)
+
+    def _abandoned(self, task: Task, kind: TaskKind, why: str) -> Next:
+        """A new message abandoned the phase's call: enter the phase the kind names for
+        it, telling it why (and the text the call had streamed, as a record)."""
+        said: dict[str, JsonValue] = {"phase": task.phase, "why": why}
+        partial = self.progress.text(task.id)
+        if partial:
+            said["preview"] = partial
+        return Next(
+            phase=kind.interruptible[task.phase], effects=Effects(memo={"interrupted": said})
+        )
 
     def _waiting_for(self, sent: Dispatched) -> Wait:
         """One commit: the intent (as the dispatch outbox message) and the task waiting on
@@ -600,17 +628,17 @@ class Drive:
         raise StoreUnavailable(f"could not commit to {self.handle.session_id}: too many races")
 
     def _interrupt(self, task_ids: set[str]) -> None:
-        """A committed message asked to interrupt these tasks: abandon the running phase
-        of each, if its kind declares that phase interruptible (persist, then adopt)."""
+        """A committed message asked to interrupt these tasks: abandon the call of each
+        running phase its kind declares interruptible (persist, then adopt). Only the
+        call is abandoned (``PhaseContext.interruptible``): a call that has answered is
+        recorded, and the message is handled as one that joined the task."""
         for task_id in task_ids:
-            running = self.handlers.get(task_id)
-            task = self.handle.state.tasks.get(task_id)
-            if running is None or task is None:
+            context = self.contexts.get(task_id)
+            if context is None:
                 continue  # nothing running here: its next phase sees the message anyway
-            kind = self.runner.registry.resolve(task).kind
-            if kind is not None and task.phase in kind.interruptible:
-                self.interrupted[task_id] = "a new message interrupted it"
-                running.cancel()
+            kind = self.runner.registry.resolve(context.task).kind
+            if kind is not None and context.task.phase in kind.interruptible:
+                context.interrupt("a new message interrupted it")
 
     def _stop_cancelled(self) -> None:
         """Tell active phases of tasks whose cancellation was just committed to stop."""

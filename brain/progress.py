@@ -9,6 +9,9 @@ tokens a second costs 4 commits a second, not 50. Any other commit the drive mak
 previews in; the commit of a phase's outcome drops its task's preview, which the
 outcome now supersedes.
 
+A preview is written again only when its text (or whether it was cut) changed: past the
+cap of ``max_chars`` a stream adds nothing a reader sees, so nothing more is written.
+
 Previews drive nothing: no decision reads them. A crash loses at most what arrived
 after the last write; what was written stays in the document until the task's next
 outcome, and the next attempt of the phase records it in its interruption entry, marked
@@ -58,13 +61,20 @@ class Progress:
 
     def note(self, task_id: str, request: str, piece: str) -> None:
         """A piece of ``task_id``'s text for request ``request`` (a new request starts
-        a new preview)."""
-        if self._request.get(task_id) != request:
+        a new preview). The preview is written again only when what a reader sees of it
+        changed: past the cap only ``chars`` would, so a capped preview is written once
+        more, saying it was cut, and then not again until the next request."""
+        fresh = self._request.get(task_id) != request
+        if fresh:
             self._request[task_id], self._text[task_id], self._chars[task_id] = request, [], 0
-        room = self.settings.max_chars - self._chars[task_id]
-        if room > 0:
-            self._text[task_id].append(piece[:room])
-        self._chars[task_id] += len(piece)
+        cap, before = self.settings.max_chars, self._chars[task_id]
+        kept = piece[: max(0, cap - before)]
+        if kept:
+            self._text[task_id].append(kept)
+        self._chars[task_id] = before + len(piece)
+        cut = (before <= cap) != (self._chars[task_id] <= cap)
+        if not (fresh or kept or cut):
+            return
         self._dirty[task_id] = self._dirty.get(task_id, 0) + 1
         self._gone.discard(task_id)
         self._news.set()

@@ -41,9 +41,9 @@ class TaskKind:
     ``max_crashes`` is the restart limit: a phase that was started this many times
     without an outcome (its process died each time) fails the task. ``max_attempts``
     bounds retries after errors. ``interruptible`` names the phases a new message may
-    abandon (policy ``interrupt``), each with the phase to enter instead; the abandoned
-    phase's handler is cancelled, and the next phase finds why in the memo
-    (``interrupted``).
+    abandon (policy ``interrupt``), each with the phase to enter instead; the call the
+    phase makes through ``PhaseContext.interruptible`` is cancelled (a call that has
+    answered is not), and the next phase finds why in the memo (``interrupted``).
     """
 
     name: str

@@ -2,12 +2,21 @@
 
 A fixed one-minute window per endpoint (``window_ms``: tests use a longer one), on
 Redis's own clock (``TIME`` inside the script: the Brains' clocks are never compared).
-Before a model call a Brain asks to be admitted: the call counts against the window's
-requests unless the window is full — by requests, or by the tokens that calls in it
-already used — and then the answer is how long until the window ends. After the call the
-Brain charges the tokens it used. Tokens are charged after the fact (a call's size is
-known only then), so one window may end a single call past its token limit; the next
-window starts from zero.
+**Reserve, then admit**: before a model call a Brain asks to be admitted with the
+tokens the call may use (its estimate, ``brain.model.estimate``). One script checks the
+window and, if it has room, counts the request and adds the estimate to the window's
+tokens, so calls in flight count from the moment they are admitted. A window has room
+while its requests are under the request limit and its tokens (settled calls at their
+usage, calls in flight at their estimates) are under the token limit; otherwise the
+answer is how long until the window ends. After the call the Brain settles the
+reservation: the window that admitted the call is corrected by what the call used less
+what was reserved (0 used: a call the server refused). A reservation never settled (the
+Brain died, the call's outcome is unknown) stays charged at its estimate until its
+window's keys expire, by Redis's own expiry.
+
+Before, admission looked only at tokens already charged, and charges came after the
+calls: 50 calls admitted together under a 1,000-token limit all went ahead. And a call
+was charged to the window current when it finished, not the one that admitted it.
 
 The Brain turns a wait into a durable sleep of the task (``brain.agent``): it holds no
 session while the endpoint is busy.
@@ -16,6 +25,7 @@ session while the endpoint is busy.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -25,9 +35,9 @@ from contracts import StoreUnavailable
 
 WINDOW_MS: Final = 60_000
 
-# KEYS: requests key, tokens key. ARGV: requests per window (0: none), tokens per window
-# (0: none), the window in ms. Returns 0 (admitted: one request counted) or the ms until
-# the window ends.
+# KEYS: requests key, tokens key (each without its window). ARGV: requests per window
+# (0: none), tokens per window (0: none), the window in ms, the tokens to reserve.
+# Returns {ms to wait (0: admitted), the window, tokens reserved}.
 _ADMIT = """
 pcall(redis.replicate_commands)
 local now = redis.call('TIME')
@@ -37,34 +47,55 @@ local window = math.floor(ms / size)
 local left = (window + 1) * size - ms
 local requests_key = KEYS[1] .. ':' .. window
 local tokens_key = KEYS[2] .. ':' .. window
-local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rpm, tpm, estimate = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
 if tpm > 0 and tonumber(redis.call('GET', tokens_key) or '0') >= tpm then
-  return left
+  return {left, window, 0}
 end
 if rpm > 0 and tonumber(redis.call('GET', requests_key) or '0') >= rpm then
-  return left
+  return {left, window, 0}
 end
 redis.call('INCR', requests_key)
 redis.call('PEXPIRE', requests_key, 2 * size)
-return 0
+if tpm > 0 and estimate > 0 then
+  redis.call('INCRBY', tokens_key, estimate)
+  redis.call('PEXPIRE', tokens_key, 2 * size)
+  return {0, window, estimate}
+end
+return {0, window, 0}
 """
 
-# KEYS: tokens key. ARGV: tokens used, the window in ms.
-_CHARGE = """
-pcall(redis.replicate_commands)
-local now = redis.call('TIME')
-local size = tonumber(ARGV[2])
-local window = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / size)
-local key = KEYS[1] .. ':' .. window
-redis.call('INCRBY', key, tonumber(ARGV[1]))
-redis.call('PEXPIRE', key, 2 * size)
-return 0
+# KEYS: the tokens key of the window that admitted the call. ARGV: tokens used less
+# tokens reserved. A window whose keys expired is left alone (it is over: nothing
+# counts against it any more); a window never goes below 0 (its keys were lost).
+_SETTLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+local left = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
+if left < 0 then
+  redis.call('INCRBY', KEYS[1], -left)
+end
+return left
 """
 
 
 def endpoint_key(base_url: str, model: str) -> str:
     """The id of one model endpoint (the same server and model: the same limits)."""
     return hashlib.sha256(f"{base_url.rstrip('/')}\n{model}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A window's answer to a call: admitted (``wait`` 0), with the ``window`` that
+    admitted it and the tokens ``reserved`` there; or the seconds to ``wait``."""
+
+    wait: float
+    window: int = 0
+    reserved: int = 0
+
+    @property
+    def admitted(self) -> bool:
+        return self.wait <= 0
 
 
 class ModelLimits:
@@ -86,18 +117,24 @@ class ModelLimits:
         self.tokens_per_minute = tokens_per_minute
         self._keys = (f"{prefix}:rate:{endpoint}:requests", f"{prefix}:rate:{endpoint}:tokens")
         self._admit = client.register_script(_ADMIT)
-        self._charge = client.register_script(_CHARGE)
+        self._settle = client.register_script(_SETTLE)
 
-    async def admit(self) -> float:
-        """0 when a call may start now (it is counted); else seconds to wait."""
-        args = (self.requests_per_minute or 0, self.tokens_per_minute or 0, self.window_ms)
-        left = await self._call(self._admit, list(self._keys), args)
-        return int(left) / 1000
+    async def admit(self, tokens: int) -> Admission:
+        """Admit a call that may use ``tokens`` (reserved in the window, which counts
+        the request), or say how long to wait for the next window."""
+        limits = (self.requests_per_minute or 0, self.tokens_per_minute or 0)
+        args = (*limits, self.window_ms, max(0, tokens))
+        wait, window, reserved = await self._call(self._admit, list(self._keys), args)
+        return Admission(wait=int(wait) / 1000, window=int(window), reserved=int(reserved))
 
-    async def charge(self, tokens: int) -> None:
-        """Count the tokens a call used against the current window."""
-        if tokens > 0 and self.tokens_per_minute:
-            await self._call(self._charge, [self._keys[1]], (tokens, self.window_ms))
+    async def settle(self, admission: Admission, tokens: int) -> None:
+        """The admitted call used ``tokens``: correct its window by what it used less
+        what was reserved for it (0: the call used nothing, say the server refused it)."""
+        change = max(0, tokens) - admission.reserved
+        if not admission.admitted or not self.tokens_per_minute or change == 0:
+            return
+        key = f"{self._keys[1]}:{admission.window}"
+        await self._call(self._settle, [key], (change,))
 
     async def _call(self, script: Any, keys: list[str], args: tuple[int, ...]) -> Any:
         try:

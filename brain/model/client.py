@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from brain.model.messages import ChatMessage, ModelReply, ToolSchema
+from contracts.usage import Usage
 
 
 class ModelClient(Protocol):
@@ -15,8 +16,13 @@ class ModelClient(Protocol):
     same request may succeed later and ``contracts.ModelRejected`` when it will not.
     ``request_id`` identifies the attempt (stable across a replay of the same attempt) and is
     passed to the provider where it has a place for it. ``on_text`` hears each piece of
-    the answer's text as it arrives, when the adapter streams.
+    the answer's text as it arrives, when the adapter streams. ``estimate`` says what a
+    call with these messages may use at most, before it is made (``brain.model.estimate``:
+    a budget or a shared token limit holds it for the call until the call's usage is
+    known).
     """
+
+    def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]) -> Usage: ...
 
     async def complete(
         self,

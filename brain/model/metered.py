@@ -59,6 +59,9 @@ class MeteredModel:
         )
         return reply
 
+    def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]) -> Usage:
+        return self.client.estimate(messages, tools)
+
     async def _complete(
         self,
         messages: Sequence[ChatMessage],

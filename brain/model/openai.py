@@ -22,6 +22,7 @@ from typing import Any, Final
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from brain.model.estimate import estimate
 from brain.model.messages import ChatMessage, ModelReply, ToolCall, ToolSchema
 from brain.model.settings import ModelSettings
 from brain.model.stream import Assembly
@@ -78,6 +79,13 @@ class OpenAIChatClient:
             return reply
         cost = Usage.of_call(reply.usage, self._settings.prices).cost
         return reply.model_copy(update={"cost": cost})
+
+    def estimate(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]) -> Usage:
+        """What a call may use at most: its answer at ``max_tokens`` (else the
+        settings' ``output_estimate``), its cost at the settings' prices."""
+        settings = self._settings
+        output = settings.max_tokens or settings.output_estimate
+        return estimate(messages, tools, output_tokens=output, prices=settings.prices)
 
     def _payload(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSchema]

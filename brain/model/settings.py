@@ -24,6 +24,9 @@ class ModelSettings(Frozen):
     timeout: timedelta = timedelta(seconds=60)
     temperature: float | None = None
     max_tokens: int | None = Field(default=None, gt=0)
+    #: the answer's tokens a call is estimated at, when ``max_tokens`` does not bound
+    #: them (``brain.model.estimate``: what a budget or a token limit holds for a call)
+    output_estimate: int = Field(default=1024, gt=0)
     #: per million tokens; a response's cost is computed from them (None: no cost)
     prices: Prices | None = None
     #: ask for the answer as a stream of Server-Sent Events (``brain.model.stream``)
@@ -56,6 +59,8 @@ class ModelSettings(Frozen):
         prices per million tokens: ``<prefix>PRICE_INPUT``, ``_OUTPUT``, ``_CACHED``; and
         limits across all Brains: ``<prefix>RPM`` (requests), ``<prefix>TPM`` (tokens)
         per minute; ``<prefix>MAX_CONNECTIONS``, requests in flight from one process;
+        ``<prefix>OUTPUT_ESTIMATE`` (1024), the answer's tokens a call is held at before
+        it is made when no ``max_tokens`` bounds them;
         ``<prefix>STREAM=1`` to stream answers, whose text is saved as a
         preview at most every ``<prefix>PREVIEW_MS`` (250) milliseconds, up to
         ``<prefix>PREVIEW_CHARS`` (8000) characters."""
@@ -72,6 +77,7 @@ class ModelSettings(Frozen):
                 requests_per_minute=source.get(f"{prefix}RPM", "").strip() or None,
                 tokens_per_minute=source.get(f"{prefix}TPM", "").strip() or None,
                 max_connections=source.get(f"{prefix}MAX_CONNECTIONS", "").strip() or None,
+                output_estimate=source.get(f"{prefix}OUTPUT_ESTIMATE", "").strip() or 1024,
             )
         except ValidationError as exc:
             problems = "; ".join(str(error["msg"]) for error in exc.errors())

@@ -98,6 +98,10 @@ async def test_a_preview_keeps_its_first_characters_and_says_it_was_cut(tmp_path
     last = written[-1][1]
     assert last["text"] == ANSWER[:20] and last["truncated"] is True
     assert int(str(last["chars"])) > 20
+    # past the cap the text stops changing: it is not written again (~1 s of stream)
+    shown = [(member["text"], member["truncated"]) for _, member in written]
+    repeats = [seen for seen, before in zip(shown[1:], shown, strict=False) if seen == before]
+    assert not repeats, f"{len(repeats)} of {len(shown)} previews repeat the one before"
 
 
 async def test_a_cut_stream_keeps_its_text_as_a_record_never_as_the_response(

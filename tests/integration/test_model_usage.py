@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from brain.model.scripted import Script, scripted_app
+from brain.model.scripted import Script, ScriptedModel, scripted_app
 from brain.model.settings import ModelSettings
 from brain.runner import DriveReport
 from brain.worker import WorkerSettings, run_worker
@@ -112,3 +112,36 @@ async def test_a_stopped_or_failing_budget_fails_the_task(store: SessionStore) -
     refused = (await store.session("s1")).state.submissions["r2"]
     assert refused.error is not None and refused.error.code == "budget_exceeded"
     assert "the session's model budget is used up" in refused.error.message
+
+
+AGENTS = 8
+ANSWER = Script.model_validate({"model": "m", "turns": [{"content": "a short answer, " * 12}]})
+
+
+async def test_concurrent_agents_cannot_each_pass_a_session_budget_meant_for_one(
+    store: SessionStore,
+) -> None:
+    # Eight messages in eight conversations: eight agents whose first model calls start
+    # in the same drive. Each call uses about 60 tokens; the budget is 100.
+    client = SessionClient(store)
+    await client.set_budget("s1", Budget(tokens=100, on_exceed="fail"))
+    for n in range(AGENTS):
+        await client.submit("s1", f"r{n}", f"question {n}", conversation_id=f"c{n}")
+    model = ScriptedModel(ANSWER, token="t")
+    async with serve(model.app()) as url:
+        settings = WorkerSettings(
+            store_url=store.backend.description,
+            session_id="s1",
+            model=ModelSettings(base_url=f"{url}/v1", api_key=SecretStr("t"), model="m"),
+        )
+        assert not (await run_worker(settings)).active
+    state = (await store.session("s1")).state
+    answered = [s for s in state.submissions.values() if s.status is SubmissionStatus.ANSWERED]
+    calls = [content["usage"] for content in await responses(store)]
+    largest = max(call["total_tokens"] for call in calls)
+    used = usage_of(state).total
+    assert len(model.received) == len(calls) == len(answered) == 2, "one call past the budget"
+    assert used.tokens < 100 + largest, f"{used.tokens} tokens of a 100-token budget"
+    refused = [s for s in state.submissions.values() if s.status is SubmissionStatus.FAILED]
+    assert len(refused) == AGENTS - 2
+    assert all(s.error is not None and s.error.code == "budget_exceeded" for s in refused)

@@ -13,6 +13,7 @@ from typing import Any
 
 from brain.context import PhaseContext
 from brain.embedded import run_until_idle
+from brain.model.client import ModelClient
 from brain.outcome import Done
 from brain.registry import Backoff, Registry, TaskKind
 from brain.runner import DriveReport, SessionRunner
@@ -39,19 +40,28 @@ class Kernel:
     client: SessionClient
 
     def runner(
-        self, runner_id: str | None = None, *, clock: Callable[[], datetime] = utcnow
+        self,
+        runner_id: str | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        model: ModelClient | None = None,
+        limits: Any = None,
     ) -> SessionRunner:
+        """A runner of this kernel's kinds; ``model`` and ``limits`` (a stand-in for
+        ``coordination.ratelimit.ModelLimits``) for agent tasks."""
         services = Services(
             store=self.store,
             tools=self.tools,
             crash=CrashPoints(),
             clock=clock,
             runner_id=runner_id or uuid.uuid4().hex[:8],
+            model=model,
+            limits=limits,
         )
         return SessionRunner(self.store, self.registry, services)
 
-    async def run(self, session_id: str = "s1") -> DriveReport:
-        return await run_until_idle(self.runner(), session_id)
+    async def run(self, session_id: str = "s1", **services: Any) -> DriveReport:
+        return await run_until_idle(self.runner(**services), session_id)
 
     async def submit_task(
         self, kind: str, input: object = None, *, session_id: str = "s1", request_id: str = "r1"
