@@ -24,6 +24,7 @@ from contracts.fleet import HandsBeat, QueueBacklog, RunningOperation, Scheduler
 from session_api.console.pages import LIST_PAGE
 from session_api.server import SessionApiSettings
 from tests.integration.test_session_api import TOKEN, Api, open_api
+from tests.support.console import console_cookie, csrf_of, log_in
 from tests.support.kernel import kind
 from webapi.auth import Grant
 
@@ -40,30 +41,6 @@ async def browser(api: Api, token: str = TOKEN) -> AsyncIterator[httpx.AsyncClie
     async with httpx.AsyncClient(base_url=api.url) as client:
         await log_in(client, token)
         yield client
-
-
-async def log_in(client: httpx.AsyncClient, token: str = TOKEN, **headers: str) -> httpx.Response:
-    """Fetch the login form (its CSRF cookie and field), then post it."""
-    form = await client.get("/console/login")
-    logged = await client.post(
-        "/console/login", data={"token": token, "csrf": csrf_of(form.text)}, headers=headers
-    )
-    assert logged.status_code == 303, logged.text
-    assert logged.headers["location"] == "/console/sessions"
-    cookie = console_cookie(logged)
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
-    return logged
-
-
-def console_cookie(response: httpx.Response) -> str:
-    (cookie,) = [c for c in response.headers.get_list("set-cookie") if c.startswith("bh_console=")]
-    return cookie
-
-
-def csrf_of(page: str) -> str:
-    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', page)
-    assert found is not None, "no CSRF token on the page"
-    return found.group(1)
 
 
 async def test_the_login_form_is_refused_without_its_own_token_or_from_another_origin(

@@ -44,6 +44,7 @@ from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_api.app import create_app
 from session_store import open_store
+from tests.support.console import log_in
 from tests.support.eventually import assert_eventually
 from tests.support.kernel import Kernel, kernel, kind
 from tests.support.services import require
@@ -346,8 +347,7 @@ async def _fleet_page(tmp_path: Path, redis: Redises, grants: list[Grant]) -> As
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://api"
         ) as http:
-            logged = await http.post("/console/login", data={"token": READER})
-            assert logged.status_code == 303, logged.text
+            await log_in(http, READER)
             answer = await http.get("/console/fleet")
             assert answer.status_code == 200, answer.text
             yield answer.text
