@@ -344,7 +344,9 @@ class Drive:
 
     def _cancel_operations(self, b: CommitBuilder, task: Task) -> None:
         """A cancelled task waiting on the Hands asks them, in the same commit (outbox),
-        to stop the operations it waits on that have no result yet."""
+        to stop the operations it waits on that have no result yet — its own only: a fork
+        never stops an operation it inherited, which is the original session's (that one
+        may still need it); the fork's intent leaves with its task."""
         if task.wait is None:
             return
         reason = task.reason or "the task waiting on it was cancelled"
@@ -355,10 +357,17 @@ class Drive:
                 payload=self._cancellation(op, reason).model_dump(mode="json"),
             )
             for op in task.wait.operations
-            if op in self.awaiting and f"{op}.cancel" not in self.handle.state.outbox
+            if op in self.awaiting
+            and f"{op}.cancel" not in self.handle.state.outbox
+            and self._owns(op)
         )
         if messages:
             b.add(Effects(outbox=messages), parent_id=task.id)
+
+    def _owns(self, op: str) -> bool:
+        """Whether operation ``op`` is this session's (not one a fork inherited)."""
+        intent = self.handle.state.intents.get(op)
+        return intent is None or intent.dispatch.session_id == self.handle.session_id
 
     def _cancellation(self, op: str, reason: str) -> Cancellation:
         intent = self.handle.state.intents.get(op)
@@ -564,7 +573,11 @@ class Drive:
             operations=(dispatch.operation_id,),
             next_phase=task.phase,
             reason=sent.message,
-            effects=Effects(outbox=(message,), intents=(Intent.of(dispatch),)),
+            effects=Effects(
+                outbox=(message,),
+                intents=(Intent.of(dispatch),),
+                applied_operations=sent.released,
+            ),
         )
 
     async def _relay(self) -> None:

@@ -61,7 +61,7 @@ from contracts import (
 from contracts.model import Frozen
 from contracts.tool import Dispatch
 from coordination.leases import LeaseProof
-from lifecycle.cancellation import write_cancelled
+from lifecycle.cancellation import never_ran, write_cancelled
 from lifecycle.decision import Decision, Evidence, Policy, Step, decide
 from runtime.incarnation import ProcessState, process_state
 from runtime.tracing import TRACER, carrier
@@ -116,13 +116,15 @@ class Dispatched(BrainhandsError):
 
     code = "operation_dispatched"
 
-    def __init__(self, dispatch: Dispatch) -> None:
+    def __init__(self, dispatch: Dispatch, *, released: tuple[str, ...] = ()) -> None:
         super().__init__(
             f"{dispatch.tool}@{dispatch.tool_version} ({dispatch.operation_id}) runs on the "
             "Hands; waiting for its result",
             operation_id=dispatch.operation_id,
         )
         self.dispatch = dispatch
+        #: operations this call lets go of, in the same commit (``Operations.released``)
+        self.released = released
 
 
 class RecoveryPending(BrainhandsError):
@@ -153,6 +155,9 @@ class Operations:
         self._lineage = tuple(lineage)
         self._inherited = inherited
         self._owners: dict[str, str] = {}
+        #: inherited operations this phase let go of: their origin's cancellation stopped
+        #: them before they ran, so the call was made again as this session's own
+        self.released: list[str] = []
         #: the operation whose call was running when the phase was cancelled, if any
         self.cancelled: Operation | None = None
         # -- lease and deadline proofs (defect 20 of issue 13) --
@@ -192,6 +197,21 @@ class Operations:
                 return inherited
         return operation_id(self._session_id, self._task.id, key)
 
+    async def usable_id(self, key: str) -> str:
+        """``id_for(key)`` — unless a fork inherited that operation and its origin's
+        cancellation stopped it before it ran: that is no outcome of the fork's call,
+        which the fork then makes as its own (a new id), letting the inherited one go
+        (``released``: applied in the same commit, so its intent leaves the fork)."""
+        op_id = self.id_for(key)
+        if self._owner(op_id) == self._session_id:
+            return op_id
+        result = await self._services.store.get_operation_result(op_id)
+        if result is None or not never_ran(result):
+            return op_id
+        del self._owners[op_id]
+        self.released.append(op_id)
+        return operation_id(self._session_id, self._task.id, key)
+
     def _owner(self, op_id: str) -> str:
         """The session an operation was recorded for: this one, or for an operation
         inherited by a fork, the session it was forked from."""
@@ -202,7 +222,7 @@ class Operations:
         if spec is None:
             raise InvalidInput(f"unknown tool {tool!r}")
         frozen = _frozen(args)
-        op_id = self.id_for(key)
+        op_id = await self.usable_id(key)
         if spec.sandboxed:
             return await self._sandboxed(op_id, spec, frozen)
         store = self._services.store
@@ -305,18 +325,21 @@ class Operations:
             },
         ):
             trace_context = carrier()
+        owner = self._owner(op_id)
         raise Dispatched(
             Dispatch(
                 operation_id=op_id,
-                session_id=self._owner(op_id),
+                session_id=owner,
                 task_id=self._task.id,
                 tool=spec.name,
                 tool_version=spec.version,
                 args=args,
                 replay=spec.replay,
                 committed_at=self._services.clock(),
+                via=None if owner == self._session_id else self._session_id,
                 trace=trace_context,
-            )
+            ),
+            released=tuple(self.released),
         )
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:

@@ -224,6 +224,10 @@ class Dispatch(Frozen):
     args: Any = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
     committed_at: AwareDatetime = Field(default_factory=utcnow)
+    #: the session whose log committed this dispatch, when it is not the operation's own:
+    #: a fork making a call it inherited from the session it was forked from. The Hands
+    #: look for the intent there, and announce the result to it too
+    via: SessionId | None = None
     #: the trace context of the Brain's ``execute_tool`` span (W3C ``traceparent``): the
     #: Hands' spans join the Brain's trace (``runtime.tracing``); never read otherwise
     trace: dict[str, str] = Field(default_factory=dict, max_length=4)

@@ -172,13 +172,15 @@ class Executor:
         self.inflight: dict[str, RunningOperation] = {}
         #: this process's monotonic clock, on which its claims' own bounds count
         self.monotonic = monotonic
+        #: forks a result being brought home here is announced to as well (by operation)
+        self._forks: dict[str, str] = {}
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
         uncertain (an operator decides). ``Busy``: another executor holds it."""
         existing = await self.store.get_operation_result(dispatch.operation_id)
         if existing is not None:
-            await self._announce(existing)
+            await self._announce(existing, via=await self._backing(dispatch))
             return existing
         if dispatch.operation_id in self.inflight:
             raise Duplicate(f"{dispatch.operation_id} is already being handled here")
@@ -190,6 +192,9 @@ class Executor:
         )
         ids = {"session_id": dispatch.session_id, "task_id": dispatch.task_id}
         try:
+            fork = await self._backing(dispatch)
+            if fork is not None:
+                self._forks[dispatch.operation_id] = fork
             with log_context(operation_id=dispatch.operation_id, **ids), _traced(dispatch) as span:
                 span.set_attribute("brainhands.executor", self.executor_id)
                 result = await self._handle(dispatch)
@@ -197,6 +202,18 @@ class Executor:
                 return result
         finally:
             self.inflight.pop(dispatch.operation_id, None)
+            self._forks.pop(dispatch.operation_id, None)
+
+    async def _backing(self, dispatch: Dispatch) -> str | None:
+        """The fork a dispatch comes from (``via``) when its log holds the intent: its
+        result is announced there too, so the fork is woken at once, not by the attention
+        pass. A ``via`` its log does not back is ignored (the scheduler would refuse the
+        event anyway: the store decides)."""
+        via = dispatch.via
+        if via is None or via == dispatch.session_id:
+            return None
+        intent = await self.store.intent(via, dispatch.operation_id)
+        return via if intent is not None else None
 
     async def _handle(self, dispatch: Dispatch) -> OperationResult | None:
         definition, problem = await self._check(dispatch)
@@ -351,13 +368,15 @@ class Executor:
         return record
 
     async def _committed(self, dispatch: Dispatch) -> Dispatch:
-        """The dispatch as the session's log committed it; ``NotCommitted`` when no
+        """The dispatch as the session's log committed it — the log of ``via``, a fork
+        making a call it inherited, when the message names one; ``NotCommitted`` when no
         committed intent matches the message (the store decides, the bus only delivers)."""
-        intent = await self.store.intent(dispatch.session_id, dispatch.operation_id)
+        committer = dispatch.via or dispatch.session_id
+        intent = await self.store.intent(committer, dispatch.operation_id)
         if intent is None:
             raise NotCommitted(
-                f"operation {dispatch.operation_id}: session {dispatch.session_id} has no "
-                "committed intent for it; the dispatch is refused",
+                f"operation {dispatch.operation_id}: session {committer} has no committed "
+                "intent for it; the dispatch is refused",
                 operation_id=dispatch.operation_id,
             )
         differs = intent.differences(dispatch)
@@ -751,14 +770,18 @@ class Executor:
             except ConflictError:
                 continue
 
-    async def _announce(self, result: OperationResult) -> None:
-        event = ResultEvent(
-            operation_id=result.operation_id,
-            session_id=result.session_id,
-            succeeded=result.succeeded,
-            termination=Termination(result.termination) if result.termination else None,
-        )
-        await self.publish(event)
+    async def _announce(self, result: OperationResult, *, via: str | None = None) -> None:
+        """Publish the result's event to its session, and to the fork a dispatch of it
+        came from (``via``, or the one its handler here recorded)."""
+        fork = via or self._forks.get(result.operation_id)
+        for session_id in (result.session_id, *((fork,) if fork else ())):
+            event = ResultEvent(
+                operation_id=result.operation_id,
+                session_id=session_id,
+                succeeded=result.succeeded,
+                termination=Termination(result.termination) if result.termination else None,
+            )
+            await self.publish(event)
         self.crash.reached("hands:published")
 
     async def reconcile(self) -> list[str]:

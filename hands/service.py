@@ -382,10 +382,12 @@ class HandsService:
 
 
 def publisher(bus: Bus) -> Publish:
-    """The executor's ``publish``: result events with ``Nats-Msg-Id`` = operation id."""
+    """The executor's ``publish``: result events with ``Nats-Msg-Id`` = operation id and
+    session (a fork that made an inherited call gets an event of its own)."""
 
     async def publish(event: ResultEvent) -> None:
-        await bus.publish(result_subject(event.session_id), event, msg_id=event.operation_id)
+        msg_id = f"{event.operation_id}:{event.session_id}"
+        await bus.publish(result_subject(event.session_id), event, msg_id=msg_id)
 
     return publish
 

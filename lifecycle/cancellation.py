@@ -116,6 +116,12 @@ def cancelled_result(record: Operation, reason: str | None) -> OperationResult:
     )
 
 
+def never_ran(result: OperationResult) -> bool:
+    """Whether ``result`` says its operation was stopped before it could start (the
+    only result a cancellation writes itself): nothing happened."""
+    return result.path == "cancelled"
+
+
 async def write_cancelled(store: SessionStore, record: Operation, reason: str | None) -> None:
     """Write the cancelled result once (an earlier one stands)."""
     try:

@@ -277,7 +277,10 @@ class Scheduler:
             if record is not None and record.status is OperationStatus.UNCERTAIN:
                 continue  # an operator decides; the settle wakes the session
             if self.bus is not None:
-                await self._reissue(intent.dispatch)
+                dispatch = intent.dispatch
+                if dispatch.session_id != session_id:  # a fork's inherited call: its log
+                    dispatch = dispatch.model_copy(update={"via": session_id})
+                await self._reissue(dispatch)
                 done["reissued"] += 1
         if wake:
             await self.wakes.wake(session_id, reason="attention")
@@ -434,10 +437,15 @@ class Scheduler:
             await message.ack()
 
     async def _backed(self, event: ResultEvent) -> bool:
-        """Whether the store holds the result the event announces (the store decides:
-        a forged or foreign event wakes nobody)."""
+        """Whether the store holds the result the event announces, for the session it
+        names — the operation's own, or a fork whose log holds its intent (the store
+        decides: a forged or foreign event wakes nobody)."""
         result = await self.store.get_operation_result(event.operation_id)
-        return result is not None and result.session_id == event.session_id
+        if result is None:
+            return False
+        if result.session_id == event.session_id:
+            return True
+        return await self.store.intent(event.session_id, event.operation_id) is not None
 
     async def _consumer(self, bus: Bus) -> Any:
         config = ConsumerConfig(
