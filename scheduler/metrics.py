@@ -13,6 +13,7 @@ metric                                               type     labels
                                                               lapsed, reconcile)
 ``brainhands_scheduler_reconcile_passes_total``      counter
 ``brainhands_scheduler_dispatches_reissued_total``   counter
+``brainhands_scheduler_reissues_duplicate_total``    counter  (re-issues the bus dropped)
 ``brainhands_scheduler_results_refused_total``       counter  (events the store does not back)
 ``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
 ``brainhands_dispatch_oldest_age_seconds``           gauge
@@ -99,6 +100,11 @@ class SchedulerMetrics(Collector):
             "brainhands_scheduler_dispatches_reissued",
             "Dispatches published again from the store's committed intents",
             value=scheduler.reissued,
+        )
+        yield CounterMetricFamily(
+            "brainhands_scheduler_reissues_duplicate",
+            "Re-issued dispatches the bus dropped as duplicates of an earlier message id",
+            value=scheduler.duplicates,
         )
         yield CounterMetricFamily(
             "brainhands_scheduler_results_refused",
