@@ -49,6 +49,8 @@ DISPATCH_SUBJECTS = "tools.dispatch.>"
 RESULTS_STREAM = "RESULTS"
 RESULTS_SUBJECTS = "tools.results.>"
 CANCEL_SUBJECT = "tools.cancel"
+#: readiness checks in a row without an answer that make the bus reconnect (``check``)
+SILENT_CHECKS = 2
 
 
 def dispatch_subject(tool: str) -> str:
@@ -78,6 +80,12 @@ class BusSettings(Frozen):
     #: never scales down what the deployment's init job (``bh init --replicas 3``) set
     replicas: int | None = Field(default=None, ge=1, le=5)
     connect_timeout: timedelta = timedelta(seconds=5)
+    #: the client pings the server this often, and after ``max_outstanding_pings``
+    #: unanswered it drops the connection and reconnects: a peer that died silently (a
+    #: partition: no reset, no FIN) is noticed within about (max + 1) x interval, 15 s
+    #: (nats-py's defaults, 120 s x 2, left a dead connection for minutes)
+    ping_interval: timedelta = timedelta(seconds=5)
+    max_outstanding_pings: int = Field(default=2, ge=1)
 
 
 class Bus:
@@ -88,6 +96,8 @@ class Bus:
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings
         self._drift: dict[str, list[Difference]] = {}
+        #: readiness checks in a row that got no answer (``check``)
+        self._unanswered = 0
 
     def subject(self, topic: str) -> str:
         """The wire subject of a logical topic."""
@@ -110,6 +120,8 @@ class Bus:
         options: dict[str, Any] = {  # nats-py types its seconds as int; it takes floats
             "connect_timeout": settings.connect_timeout.total_seconds(),
             "reconnect_time_wait": 0.5,
+            "ping_interval": settings.ping_interval.total_seconds(),
+            "max_outstanding_pings": settings.max_outstanding_pings,
         }
         connecting = asyncio.ensure_future(
             nc.connect(
@@ -279,11 +291,26 @@ class Bus:
         with its future."""
         if not self.nc.is_connected:
             raise ConnectionError("not connected to NATS")
-        await self.js.account_info()
+        try:
+            await self.js.account_info()
+        except (TimeoutError, asyncio.CancelledError):  # no answer (or the probe gave up)
+            await self._unanswered_check()
+            raise
+        self._unanswered = 0
         if self._critical():
             await self._look_again()
         if critical := self._critical():
             raise StoreUnavailable(f"streams not as this deployment wants them: {critical}")
+
+    async def _unanswered_check(self) -> None:
+        """``SILENT_CHECKS`` checks in a row without an answer while the client still
+        calls itself connected: the connection is dead without anyone having said so
+        (a partition), so reconnect now rather than when the pings run out."""
+        self._unanswered += 1
+        if self._unanswered >= SILENT_CHECKS and self.nc.is_connected:
+            self._unanswered = 0
+            log.warning("nats: %d checks got no answer; reconnecting", SILENT_CHECKS)
+            await self.nc.force_reconnect()
 
     def _critical(self) -> str:
         return "; ".join(
