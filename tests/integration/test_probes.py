@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 
+from contracts import InvalidInput
 from runtime.build import build_id
 from tests.support.eventually import assert_eventually
 from tests.support.http_server import free_port
@@ -27,7 +28,7 @@ from tests.support.processes import python_module
 from tests.support.services import require
 from tests.support.tcp_gate import TcpGate
 from webapi.exposition import Scrape
-from webapi.probes import EXIT_UNREADY, Probes, serve
+from webapi.probes import EXIT_UNREADY, Probes, serve, unready_limit
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats]
 
@@ -121,6 +122,14 @@ async def test_a_pass_in_between_starts_the_limit_over() -> None:
     await probes.failing()
     await probes.failing()
     assert not probes.expired.is_set()
+
+
+def test_the_unready_limit_is_read_from_the_environment() -> None:
+    assert unready_limit({}) == 90.0
+    assert unready_limit({"BH_UNREADY_LIMIT_S": "120"}) == 120.0
+    assert unready_limit({"BH_UNREADY_LIMIT_S": "0"}) is None  # never
+    with pytest.raises(InvalidInput, match="BH_UNREADY_LIMIT_S must be a number"):
+        unready_limit({"BH_UNREADY_LIMIT_S": "90s"})
 
 
 async def _set(event: asyncio.Event) -> bool:
