@@ -33,6 +33,7 @@ command says the containers cannot read them.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -48,11 +49,22 @@ from runtime.credentials import write_secret
 SERVICE_GID: Final = 10001
 NATS_NODES: Final = ("nats-1", "nats-2", "nats-3")
 _ROUTE_USER: Final = "route"
+#: held while files are made (empty, never mounted; private like the rest)
+_LOCK: Final = ".lock"
 
 
 def ensure(directory: Path) -> list[str]:
-    """Make every missing file under ``directory``; the names of those made."""
+    """Make every missing file under ``directory``; the names of those made. Locked
+    (``.lock`` in the directory, as ``bh.devstack.auth`` does): runs at once would each
+    find a file missing and replace each other's passwords under configs already
+    derived from the first ones."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(os.open(directory / _LOCK, os.O_WRONLY | os.O_CREAT, 0o600), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(directory)
+
+
+def _ensure(directory: Path) -> list[str]:
     made = []
     for name, content in _FILES.items():
         path = directory / name

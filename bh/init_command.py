@@ -134,7 +134,9 @@ async def _streams(settings: BusSettings, deadline: float) -> str:
     a leader elected."""
     left = max(deadline - time.monotonic(), 1.0)
     try:  # a first connect is retried forever by nats-py: the deadline ends it
-        bus = await asyncio.wait_for(Bus.connect(settings, name="bh-init"), timeout=left)
+        # the operator's run: a stream that differs is updated to this deployment's
+        connecting = Bus.connect(settings, name="bh-init", align=True)
+        bus = await asyncio.wait_for(connecting, timeout=left)
     except TimeoutError:
         unanswered = StoreUnavailable(f"NATS did not answer in {left:.0f} s")
         raise StepFailed("streams", unanswered) from None

@@ -31,7 +31,15 @@ from runtime.cli import Commands
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
-from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
+from webapi.probes import (
+    Check,
+    ProbeHost,
+    ProbePort,
+    Probes,
+    serve,
+    unready_limit,
+    until_stopped,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, cls=Commands)
 
@@ -197,12 +205,15 @@ async def _serve(
         if built.bus is not None:
             checks["nats"] = built.bus.check
         checks["wake_route"] = service.holds_its_route
-        probes = Probes("brain", checks, alive=lambda: not running.done())
+        probes = Probes(
+            "brain", checks, alive=lambda: not running.done(), unready_limit=unready_limit()
+        )
         metrics = Scrape(service.metrics.registry)
         async with serve(probes, host=probe_at[0], port=probe_at[1], metrics=metrics):
-            await until_stopped(stop, running)
+            await until_stopped(stop, running, probes)
         await service.shutdown()  # running drives end; leases are handed back
         await running
+    probes.exit_if_expired()
 
 
 if __name__ == "__main__":

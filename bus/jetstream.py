@@ -36,6 +36,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from pydantic import BaseModel, Field
 
+from bus.streams import Difference, differences
 from contracts import StoreUnavailable
 from contracts.model import Frozen
 from runtime.cancellation import cancel_and_wait
@@ -48,6 +49,8 @@ DISPATCH_SUBJECTS = "tools.dispatch.>"
 RESULTS_STREAM = "RESULTS"
 RESULTS_SUBJECTS = "tools.results.>"
 CANCEL_SUBJECT = "tools.cancel"
+#: readiness checks in a row without an answer that make the bus reconnect (``check``)
+SILENT_CHECKS = 2
 
 
 def dispatch_subject(tool: str) -> str:
@@ -77,6 +80,12 @@ class BusSettings(Frozen):
     #: never scales down what the deployment's init job (``bh init --replicas 3``) set
     replicas: int | None = Field(default=None, ge=1, le=5)
     connect_timeout: timedelta = timedelta(seconds=5)
+    #: the client pings the server this often, and after ``max_outstanding_pings``
+    #: unanswered it drops the connection and reconnects: a peer that died silently (a
+    #: partition: no reset, no FIN) is noticed within about (max + 1) x interval, 15 s
+    #: (nats-py's defaults, 120 s x 2, left a dead connection for minutes)
+    ping_interval: timedelta = timedelta(seconds=5)
+    max_outstanding_pings: int = Field(default=2, ge=1)
 
 
 class Bus:
@@ -86,6 +95,9 @@ class Bus:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings
+        self._drift: dict[str, list[Difference]] = {}
+        #: readiness checks in a row that got no answer (``check``)
+        self._unanswered = 0
 
     def subject(self, topic: str) -> str:
         """The wire subject of a logical topic."""
@@ -96,8 +108,11 @@ class Bus:
         return f"{self.settings.namespace.upper()}_{name}"
 
     @classmethod
-    async def connect(cls, settings: BusSettings, *, name: str = "brainhands") -> Bus:
-        """Connect (reconnecting forever after a server restart) and ensure the streams."""
+    async def connect(
+        cls, settings: BusSettings, *, name: str = "brainhands", align: bool = False
+    ) -> Bus:
+        """Connect (reconnecting forever after a server restart) and ensure the streams
+        (``ensure_streams``; ``align`` only for the operator)."""
         found = endpoint(settings.url)
         url, tls = _tls(found.url)
         nc = Client()
@@ -105,6 +120,8 @@ class Bus:
         options: dict[str, Any] = {  # nats-py types its seconds as int; it takes floats
             "connect_timeout": settings.connect_timeout.total_seconds(),
             "reconnect_time_wait": 0.5,
+            "ping_interval": settings.ping_interval.total_seconds(),
+            "max_outstanding_pings": settings.max_outstanding_pings,
         }
         connecting = asyncio.ensure_future(
             nc.connect(
@@ -129,12 +146,23 @@ class Bus:
             raise StoreUnavailable(f"cannot connect to NATS at {redact(settings.url)}: {failure}")
         await cancel_and_wait(refused.seen)
         bus = cls(nc, settings)
-        await bus.ensure_streams()
+        await bus.ensure_streams(align=align)
         return bus
 
-    async def ensure_streams(self) -> None:
+    async def ensure_streams(self, *, align: bool = False) -> None:
+        """Create each stream that is missing; one that exists is left as it is and,
+        where it differs from this deployment's, reported (``bus.streams``: logged
+        once, and a critical difference fails ``check``). ``align`` (the operator's
+        ``bh init``, which has the right to) updates it to this deployment's instead.
+        Creating a stream that exists with the same configuration changes nothing on the
+        server, so services starting together all create safely."""
+        for config in self.wanted_streams():
+            await self._ensure(config, align=align)
+
+    def wanted_streams(self) -> list[StreamConfig]:
+        """The streams' configuration this deployment wants."""
         window = self.settings.duplicate_window.total_seconds()
-        await self._ensure(
+        return [
             StreamConfig(
                 name=self.stream(DISPATCH_STREAM),
                 subjects=[self.subject(DISPATCH_SUBJECTS)],
@@ -142,9 +170,7 @@ class Bus:
                 storage=StorageType.FILE,
                 duplicate_window=window,
                 num_replicas=self.settings.replicas or 1,
-            )
-        )
-        await self._ensure(
+            ),
             StreamConfig(
                 name=self.stream(RESULTS_STREAM),
                 subjects=[self.subject(RESULTS_SUBJECTS)],
@@ -153,8 +179,8 @@ class Bus:
                 duplicate_window=window,
                 max_age=self.settings.results_max_age.total_seconds(),
                 num_replicas=self.settings.replicas or 1,
-            )
-        )
+            ),
+        ]
 
     async def replicas(self) -> dict[str, tuple[int, str | None]]:
         """Each stream's replicas and its leader's name (None while none is elected)."""
@@ -168,20 +194,58 @@ class Bus:
             found[name] = (info.config.num_replicas or 1, leader)
         return found
 
-    async def _ensure(self, config: StreamConfig) -> None:
+    async def _ensure(self, config: StreamConfig, *, align: bool) -> None:
         try:
-            await self._create_or_align(config)
+            found = await self._create(config)
+            if found is not None and align:
+                await self._align(config, found)
+            else:
+                self._note(config, found)
         except (nats.errors.Error, OSError) as error:
             raise StoreUnavailable(f"cannot create stream {config.name}: {error}") from None
 
-    async def _create_or_align(self, config: StreamConfig) -> None:
+    async def _create(self, config: StreamConfig) -> StreamConfig | None:
+        """Create the stream; None when that made it (or it was there just so), else
+        the configuration it has on the server."""
         try:
             await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:  # exists with other settings: align them
-            if self.settings.replicas is None:  # but keep the copies the deployment chose
-                found = await self.js.stream_info(str(config.name))
-                config = replace(config, num_replicas=found.config.num_replicas)
-            await self.js.update_stream(config)
+        except nats.js.errors.BadRequestError as refused:  # there with another configuration?
+            try:
+                return (await self.js.stream_info(str(config.name))).config
+            except nats.js.errors.NotFoundError:  # no: the server refused it (say why)
+                raise refused from None
+        return None
+
+    async def _align(self, config: StreamConfig, found: StreamConfig) -> None:
+        if self.settings.replicas is None:  # keep the copies the deployment chose
+            config = replace(config, num_replicas=found.num_replicas)
+        log.warning("aligning stream %s with this deployment's configuration", config.name)
+        await self.js.update_stream(config)
+        self._drift.pop(str(config.name), None)
+
+    def _note(self, config: StreamConfig, found: StreamConfig | None) -> None:
+        """Keep (and log once) how the stream on the server differs from ``config``."""
+        name = str(config.name)
+        replicas = self.settings.replicas is not None
+        drift = [] if found is None else differences(config, found, replicas=replicas)
+        if drift == self._drift.get(name, []):
+            return
+        if drift:
+            log.error(
+                "stream %s differs from this deployment's and is left as it is (only the "
+                "operator changes streams: `bh init` aligns them): %s",
+                name,
+                "; ".join(str(difference) for difference in drift),
+            )
+            self._drift[name] = drift
+        else:
+            log.info("stream %s is as this deployment wants it again", name)
+            self._drift.pop(name, None)
+
+    @property
+    def drift(self) -> dict[str, list[Difference]]:
+        """How each stream differed from this deployment's when last looked at."""
+        return dict(self._drift)
 
     async def publish(self, topic: str, message: BaseModel | bytes, *, msg_id: str) -> bool:
         """Publish durably (waits for the stream's ack); False if it was a duplicate."""
@@ -217,15 +281,51 @@ class Bus:
         return await self.nc.subscribe(subject, cb=handler)
 
     async def check(self) -> None:
-        """Raise unless JetStream answers a request now (a readiness check). A request,
-        not ``flush``: a flush given up (its timeout, or the probe's) leaves its PONG
+        """Raise unless JetStream answers a request now (a readiness check), or a stream
+        differs critically from this deployment's (``bus.streams``; read again here, so
+        an operator's ``bh init`` makes the service ready again). A request, not
+        ``flush``: a flush given up (its timeout, or the probe's) leaves its PONG
         future cancelled in nats-py's queue, and the late PONG's ``set_result`` on it
         (``InvalidStateError``) broke the connection's reader — seen in every Hands of
         the compose deployment after a NATS partition. A request's reply slot is dropped
         with its future."""
         if not self.nc.is_connected:
             raise ConnectionError("not connected to NATS")
-        await self.js.account_info()
+        try:
+            await self.js.account_info()
+        except (TimeoutError, asyncio.CancelledError):  # no answer (or the probe gave up)
+            await self._unanswered_check()
+            raise
+        self._unanswered = 0
+        if self._critical():
+            await self._look_again()
+        if critical := self._critical():
+            raise StoreUnavailable(f"streams not as this deployment wants them: {critical}")
+
+    async def _unanswered_check(self) -> None:
+        """``SILENT_CHECKS`` checks in a row without an answer while the client still
+        calls itself connected: the connection is dead without anyone having said so
+        (a partition), so reconnect now rather than when the pings run out."""
+        self._unanswered += 1
+        if self._unanswered >= SILENT_CHECKS and self.nc.is_connected:
+            self._unanswered = 0
+            log.warning("nats: %d checks got no answer; reconnecting", SILENT_CHECKS)
+            await self.nc.force_reconnect()
+
+    def _critical(self) -> str:
+        return "; ".join(
+            f"{name}: {difference}"
+            for name, drift in self._drift.items()
+            for difference in drift
+            if difference.critical
+        )
+
+    async def _look_again(self) -> None:
+        """Read the streams found different again (an operator may have aligned them)."""
+        for config in self.wanted_streams():
+            if str(config.name) in self._drift:
+                found = await self.js.stream_info(str(config.name))
+                self._note(config, found.config)
 
     async def close(self) -> None:
         try:

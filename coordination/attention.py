@@ -15,6 +15,11 @@ the store stays the source of truth; this set is only an index of it.
 A member that is not a session id (anyone with the Redis password can write one) is
 dropped as it is taken, counted in ``refused`` and logged once: looked at, it would fail
 the same way every time.
+
+Re-issued dispatches need ``Nats-Msg-Id``s the bus's duplicate window has not seen
+(``reissue_mark``): a count per operation shared by every scheduler, kept a while after
+the last re-issue, after the epoch token, so a count Redis lost starts over under a new
+epoch and never repeats an id.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ for _, member in ipairs(due) do redis.call('ZREM', KEYS[1], member) end
 return due
 """
 
+# One more re-issue of an operation's dispatch, and the epoch of the data counting them
+# (empty when Redis lost it: the caller makes a new one).
+_COUNT = """
+local count = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {count, redis.call('GET', KEYS[2]) or ''}
+"""
+
 
 class Attention:
     def __init__(self, client: redis.Redis, *, prefix: str) -> None:
@@ -52,6 +65,8 @@ class Attention:
         self._take = client.register_script(_TAKE)
         #: members dropped as they were taken, by reason (``invalid_id``)
         self.refused: Counter[str] = Counter()
+        self._count = client.register_script(_COUNT)
+        self._reissues_key = f"{prefix}:attention:reissues"
 
     async def watch(self, session_id: str, *, after: timedelta) -> None:
         """Look at ``session_id`` again ``after`` from now (the earliest ask is kept)."""
@@ -68,6 +83,27 @@ class Attention:
         data, or this is the first call): then audit from the store."""
         return bool(await self._call(self._lost))
 
+    async def reissue_mark(self, operation_id: str, *, keep: timedelta) -> str:
+        """A mark (``<epoch>-<count>``) that no earlier re-issue of ``operation_id``'s
+        dispatch had, whichever scheduler made it. The count is kept ``keep`` after the
+        last re-issue: longer than the bus's duplicate window, so a count that lapsed
+        and starts over repeats only marks the window forgot."""
+        return await self._call(self._mark, operation_id, keep)
+
+    async def forget_reissues(self, operation_id: str) -> None:
+        """The operation's result is in: its re-issues are over."""
+        await self._call(self._client.delete, f"{self._reissues_key}:{operation_id}")
+
+    def _mark(self, operation_id: str, keep: timedelta) -> str:
+        keys = [f"{self._reissues_key}:{operation_id}", self._epoch_key]
+        count, epoch = self._count(keys=keys, args=[int(keep.total_seconds() * 1000)])
+        return f"{(_text(epoch) or self._new_epoch())[:12]}-{count}"
+
+    def _new_epoch(self) -> str:
+        """The epoch, made if Redis lost it (``lost`` then tells this process too)."""
+        self._client.set(self._epoch_key, uuid.uuid4().hex, nx=True)
+        return _text(self._client.get(self._epoch_key)) or ""
+
     def _now(self) -> float:
         seconds, micros = self._client.time()
         return float(seconds) + float(micros) / 1e6
@@ -83,10 +119,7 @@ class Attention:
         current = _text(self._client.get(self._epoch_key))
         if current is not None and current == self._epoch:
             return False
-        if current is None:
-            self._client.set(self._epoch_key, uuid.uuid4().hex, nx=True)
-            current = _text(self._client.get(self._epoch_key))
-        self._epoch = current
+        self._epoch = current if current is not None else self._new_epoch()
         return True
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:

@@ -16,7 +16,7 @@ from runtime.cli import run as run_command
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
 from webapi.exposition import Scrape
-from webapi.probes import ProbeHost, ProbePort, Probes, serve, until_stopped
+from webapi.probes import ProbeHost, ProbePort, Probes, serve, unready_limit, until_stopped
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
 
@@ -57,17 +57,23 @@ async def _serve(settings: HandsSettings, probe_host: str, probe_port: int | Non
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         running = asyncio.create_task(service.run())
-        probes = Probes("hands", service.checks(), alive=lambda: not running.done())
+        probes = Probes(
+            "hands",
+            service.checks(),
+            alive=lambda: not running.done(),
+            unready_limit=unready_limit(),
+        )
         executor = service.executor
         metrics = Scrape(
             executor.metrics.registry,
             lambda: executor.metrics.refresh(sandbox=executor.sandbox, bus=service.bus),
         )
         async with serve(probes, host=probe_host, port=probe_port, metrics=metrics):
-            await until_stopped(stop, running)
+            await until_stopped(stop, running, probes)
         await service.shutdown()
         for error in await cancel_and_wait(running):
             raise error
+        probes.exit_if_expired()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Annotated, Final
 
 import typer
@@ -108,7 +109,7 @@ async def serve_api(settings: ApiSettings) -> None:
         # The web stack is imported only to serve (``bh`` stays quick to start).
         from hands.api.app import create_app
         from hands.metrics import HandsMetrics
-        from webapi.probes import Check, Probes
+        from webapi.probes import Check, Probes, unready_limit
 
         metrics = HandsMetrics()
         executor = Executor(
@@ -133,7 +134,8 @@ async def serve_api(settings: ApiSettings) -> None:
         checks: dict[str, Check] = {"store": store.backend.check, "engine": sandbox.check}
         if bus is not None:
             checks["nats"] = bus.check
-        Probes("hands-api", checks).mount(app)
+        probes = Probes("hands-api", checks, unready_limit=unready_limit())
+        probes.mount(app)
         server = web.server(app, host=settings.host, port=settings.port)
         consumer: asyncio.Task[None] | None = None
         service: HandsService | None = None
@@ -143,13 +145,16 @@ async def serve_api(settings: ApiSettings) -> None:
             # A consumer that died takes the API down with it (its error is raised below).
             consumer.add_done_callback(lambda _: setattr(server, "should_exit", True))
         try:
+            stopping = partial(setattr, server, "should_exit", True)
             with web.stop_on_signals(server):
-                await server.serve()
+                async with probes.watching(stopping):  # unready too long: stop as on a signal
+                    await server.serve()
         finally:
             if service is not None and consumer is not None:
                 await service.shutdown()
                 for error in await cancel_and_wait(consumer):
                     raise error
+    probes.exit_if_expired()
 
 
 def serve_command(

@@ -19,7 +19,15 @@ from scheduler.assembly import Connections, build
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import SchedulerSettings
 from webapi.exposition import Scrape
-from webapi.probes import Check, ProbeHost, ProbePort, Probes, serve, until_stopped
+from webapi.probes import (
+    Check,
+    ProbeHost,
+    ProbePort,
+    Probes,
+    serve,
+    unready_limit,
+    until_stopped,
+)
 
 app = typer.Typer(add_completion=False)
 
@@ -83,14 +91,17 @@ async def _serve(
         checks: dict[str, Check] = {"store": scheduler.store.backend.check, "redis": redis.ping}
         if scheduler.bus is not None:
             checks["nats"] = scheduler.bus.check
-        probes = Probes("scheduler", checks, alive=lambda: not running.done())
+        probes = Probes(
+            "scheduler", checks, alive=lambda: not running.done(), unready_limit=unready_limit()
+        )
         metrics = SchedulerMetrics(scheduler)
         scrape = Scrape(metrics.registry, metrics.refresh)
         async with serve(probes, host=probe_at[0], port=probe_at[1], metrics=scrape):
             # a signal, or a loop's unexpected error (then re-raised by ``await running``)
-            await until_stopped(stop, running)
+            await until_stopped(stop, running, probes)
         await scheduler.shutdown()
         await running
+    probes.exit_if_expired()
 
 
 if __name__ == "__main__":

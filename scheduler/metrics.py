@@ -16,6 +16,7 @@ metric                                               type     labels
 ``brainhands_scheduler_refused_total``               counter  ``door`` (results, attention,
                                                               due), ``reason`` (not_backed,
                                                               invalid_id, malformed)
+``brainhands_scheduler_reissues_duplicate_total``    counter  (re-issues the bus dropped)
 ``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
 ``brainhands_dispatch_oldest_age_seconds``           gauge
 ``brainhands_results_backlog``                       gauge    ``state`` (pending, in_flight)
@@ -101,6 +102,11 @@ class SchedulerMetrics(Collector):
             "brainhands_scheduler_dispatches_reissued",
             "Dispatches published again from the store's committed intents",
             value=scheduler.reissued,
+        )
+        yield CounterMetricFamily(
+            "brainhands_scheduler_reissues_duplicate",
+            "Re-issued dispatches the bus dropped as duplicates of an earlier message id",
+            value=scheduler.duplicates,
         )
         refused = CounterMetricFamily(
             "brainhands_scheduler_refused",

@@ -9,7 +9,8 @@
   (``coordination.timer``), so an idle system costs Redis a few commands per 5 s.
 * **Attention.** Sessions a Brain left waiting on the Hands come due in the attention
   set (``coordination.attention``); for each, the store's committed intents decide: a
-  dispatch nobody answered is published again from the intent (same ``Nats-Msg-Id``),
+  dispatch nobody answered is published again from the intent (a ``Nats-Msg-Id`` of its
+  own, which the bus's duplicate window has not seen),
   a result whose event was lost wakes the session, and the session is looked at again
   while intents stay open. Losing all of NATS's data delays work and loses none; a pass
   costs in proportion to the sessions that need attention.
@@ -66,6 +67,8 @@ from session_store import SessionStore
 log = logging.getLogger(__name__)
 
 CONSUMER = SCHEDULER_CONSUMER
+#: the least time the count of an operation's re-issues is kept after its last one
+REISSUE_MEMORY = timedelta(hours=1)
 #: the reconciler's turn lapses a little before the next period, so the scheduler that
 #: took it can take it again on time
 _TURN_SHARE = 0.9
@@ -131,7 +134,8 @@ class Scheduler:
         #: result events refused, by (door, reason): ``not_backed`` (the store holds no
         #: such result), ``invalid_id``, ``malformed`` (``refusals`` adds the other doors)
         self.refused: Counter[tuple[str, str]] = Counter()
-        self._reissues: dict[str, int] = {}
+        #: re-issues the bus dropped as duplicates (none, unless a message id repeats)
+        self.duplicates = 0
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -249,7 +253,8 @@ class Scheduler:
 
     async def attend(self) -> dict[str, int]:
         """Look at the sessions due in the attention set (see the module docstring);
-        what was done, by kind: ``reissued``, ``announced``, ``outbox``."""
+        what was done, by kind: ``reissued``, ``duplicate`` (a re-issue the bus
+        dropped), ``announced``, ``outbox``."""
         done: Counter[str] = Counter()
         for session_id in await self.wakes.attention.take():
             try:
@@ -270,7 +275,7 @@ class Scheduler:
             if await self.store.get_operation_result(operation_id) is not None:
                 wake = True  # its result event may be lost: the drive applies it
                 done["announced"] += 1
-                self._reissues.pop(operation_id, None)
+                await self.wakes.attention.forget_reissues(operation_id)
                 continue
             open_intents = True
             record = await self.store.get_operation(operation_id)
@@ -280,25 +285,35 @@ class Scheduler:
                 dispatch = intent.dispatch
                 if dispatch.session_id != session_id:  # a fork's inherited call: its log
                     dispatch = dispatch.model_copy(update={"via": session_id})
-                await self._reissue(dispatch)
-                done["reissued"] += 1
+                done["reissued" if await self._reissue(dispatch) else "duplicate"] += 1
         if wake:
             await self.wakes.wake(session_id, reason="attention")
         if open_intents:
             await self.wakes.attention.watch(session_id, after=self.settings.reissue_after)
         return done
 
-    async def _reissue(self, dispatch: Dispatch) -> None:
-        """Publish the committed dispatch again: first with its own ``Nats-Msg-Id`` (the
-        server drops it while the original is still there), then — nobody took it — with
-        a fresh one, since the server's duplicate window can outlive a purged message.
-        Every copy is the same operation: the Hands act on the store, so copies never
-        run it twice."""
+    async def _reissue(self, dispatch: Dispatch) -> bool:
+        """Publish the committed dispatch again, with a ``Nats-Msg-Id`` of its own: the
+        original's (the operation id) and earlier re-issues' may still be in the
+        server's duplicate window after the messages were lost (a purge, NATS's data
+        gone), and a repeat would be dropped. The mark counts this operation's re-issues
+        across all schedulers in Redis (``coordination.attention``). Every copy is the
+        same operation: the Hands act on the store, so copies never run it twice.
+        False (counted, logged) when the bus dropped it as a duplicate all the same."""
         op = dispatch.operation_id
-        count = self._reissues.get(op, 0)
-        self._reissues[op] = count + 1
-        msg_id = op if count == 0 else f"{op}.reissue-{count}"
-        await self.bus.publish(dispatch_subject(dispatch.tool), dispatch, msg_id=msg_id)  # type: ignore[union-attr]
+        mark = await self.wakes.attention.reissue_mark(op, keep=self._reissue_memory())
+        msg_id = f"{op}.reissue-{mark}"
+        published = await self.bus.publish(dispatch_subject(dispatch.tool), dispatch, msg_id=msg_id)  # type: ignore[union-attr]
+        if not published:
+            self.duplicates += 1
+            log.warning("re-issued dispatch %s was dropped by the bus as a duplicate", msg_id)
+        return published
+
+    def _reissue_memory(self) -> timedelta:
+        """How long the count of an operation's re-issues outlives its last one: well
+        past the bus's duplicate window (``_reissue``)."""
+        window = self.bus.settings.duplicate_window if self.bus is not None else timedelta(0)
+        return max(REISSUE_MEMORY, 2 * window)
 
     async def _attending(self, every: timedelta) -> None:
         first = True

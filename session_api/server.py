@@ -16,7 +16,8 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Annotated, Final
+from functools import partial
+from typing import Annotated, Any, Final
 from urllib.parse import urlsplit
 
 import typer
@@ -110,7 +111,7 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         from coordination.wakes import RQWakes
         from session_api.app import create_app, stop_streams
         from session_api.stream import StreamSettings
-        from webapi.probes import Check, Probes
+        from webapi.probes import Check, Probes, unready_limit
 
         caps = {
             "max_open": settings.max_streams,
@@ -129,10 +130,22 @@ async def serve_api(settings: SessionApiSettings, *, wakes: WakesFactory | None 
         checks: dict[str, Check] = {"store": store.backend.check}
         if queue is not None:
             checks["redis"] = queue.check
-        Probes("session-api", checks).mount(app)
+        probes = Probes("session-api", checks, unready_limit=unready_limit())
+        probes.mount(app)
         server = web.server(app, host=settings.host, port=settings.port)
         with web.stop_on_signals(server, lambda: stop_streams(app)):
-            await server.serve()
+            # readiness failing past its limit stops the server as a signal does
+            async with probes.watching(partial(_stop, server, app)):
+                await server.serve()
+    probes.exit_if_expired()
+
+
+def _stop(server: Any, app: Any) -> None:
+    """Stop serving as a signal does: the event streams first."""
+    from session_api.app import stop_streams
+
+    stop_streams(app)
+    server.should_exit = True
 
 
 def serve_command(

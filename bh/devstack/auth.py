@@ -12,11 +12,17 @@ works; ``docs/security.md`` has the full table):
 - ``brain``: dispatches and cancellations (its outbox relay);
 - ``hands``: results; it consumes dispatches and hears cancellations;
 - ``scheduler``: dispatches (re-issued from the store's intents); it consumes results;
-- ``api``: results (``bh ops settle``) and cancellations (the Hands API);
-- ``operator``: everything (tests, ``bh`` operator commands, stream repair).
+- ``api``: results (``bh ops settle``) and cancellations (the Hands API); with
+  ``--consume`` it consumes dispatches as a Hands does;
+- ``operator``: everything (tests, ``bh`` operator commands, ``bh init``, stream repair).
 
-The service roles all need the JetStream API (``$JS.API.>``: every client ensures the
-streams), less deleting or purging streams and consumers, which only ``operator`` may do.
+Of the JetStream API each service role gets an allow list, not ``$JS.API.>`` less a deny
+list (a deny list missed ``STREAM.UPDATE``, so a Hands could shrink or re-subject the
+streams): the account's JetStream answer (readiness), stream info and stream create
+(``bus.Bus.ensure_streams`` creates a missing stream; creating an existing one with the
+same configuration changes nothing, with another is refused), and for the consuming
+roles their own durable consumer's subjects. Updating, purging or deleting streams and
+deleting consumers is the operator's alone.
 """
 
 from __future__ import annotations
@@ -36,23 +42,58 @@ ROLES = ("brain", "hands", "scheduler", "api", OPERATOR)
 _DISPATCH = "*.tools.dispatch.>"
 _RESULTS = "*.tools.results.>"
 _CANCEL = "*.tools.cancel"
-_JS_API = "$JS.API.>"
-_ACK = "$JS.ACK.>"
 _INBOX = "_INBOX.>"
-# Only the operator may destroy what the bus holds: streams, their messages, consumers.
-_DESTROY = (
-    "$JS.API.STREAM.DELETE.>",
-    "$JS.API.STREAM.PURGE.>",
-    "$JS.API.STREAM.MSG.DELETE.>",
-    "$JS.API.CONSUMER.DELETE.>",
-)
+#: the durable consumers' names (``bus.backlog``'s; not imported: ``bh`` starts without nats)
+HANDS_CONSUMER = "hands"
+SCHEDULER_CONSUMER = "scheduler"
+# Every service role: JetStream's answer (the readiness check), the streams read and
+# created when missing. (Stream names are one subject token, ``<NS>_DISPATCH``: "our
+# streams in any namespace" cannot be written as a wildcard, so ``*``.)
+_STREAMS = ("$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*")
+# Reading a backlog's oldest message (``bus.backlog``: its age).
+_MESSAGE = "$JS.API.STREAM.MSG.GET.*"
 
-#: role -> (may publish, may subscribe), beyond the JetStream API and reply inboxes
+
+def _consumer(name: str) -> tuple[str, ...]:
+    """What a durable pull consumer called ``name`` needs, on any stream: its info, its
+    creation (nats-py's durable create, and the named create of newer clients), fetching
+    and acknowledging (``$JS.ACK.<stream>.<consumer>.…``, and the form with a domain
+    and an account hash in front)."""
+    api = "$JS.API.CONSUMER"
+    return (
+        f"{api}.INFO.*.{name}",
+        f"{api}.DURABLE.CREATE.*.{name}",
+        f"{api}.CREATE.*.{name}",
+        f"{api}.CREATE.*.{name}.>",
+        f"{api}.MSG.NEXT.*.{name}",
+        f"$JS.ACK.*.{name}.>",
+        f"$JS.ACK.*.*.*.{name}.>",
+    )
+
+
+def _backlog(name: str) -> str:
+    """Reading another role's consumer (its backlog), not taking from it."""
+    return f"$JS.API.CONSUMER.INFO.*.{name}"
+
+
+#: role -> (may publish, may subscribe), beyond reply inboxes
 PERMISSIONS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "brain": ((_DISPATCH, _CANCEL), (_RESULTS,)),
-    "hands": ((_RESULTS, _ACK), (_CANCEL,)),
-    "scheduler": ((_DISPATCH, _ACK), ("$JS.EVENT.ADVISORY.>",)),
-    "api": ((_RESULTS, _CANCEL), ()),
+    "brain": ((_DISPATCH, _CANCEL, *_STREAMS), (_RESULTS,)),
+    "hands": ((_RESULTS, *_STREAMS, *_consumer(HANDS_CONSUMER), _MESSAGE), (_CANCEL,)),
+    "scheduler": (
+        (
+            _DISPATCH,
+            *_STREAMS,
+            *_consumer(SCHEDULER_CONSUMER),
+            _backlog(HANDS_CONSUMER),
+            _MESSAGE,
+        ),
+        ("$JS.EVENT.ADVISORY.>",),
+    ),
+    "api": (
+        (_RESULTS, _CANCEL, *_STREAMS, *_consumer(HANDS_CONSUMER), _MESSAGE),
+        (_CANCEL,),
+    ),
 }
 
 
@@ -82,21 +123,27 @@ class Secrets:
         """radosgw's S3 keys, an AWS shared-credentials file (``bh.devstack.rgw.user``)."""
         return self.root / "rgw.credentials"
 
-    def ensure(self) -> None:
-        """Make every missing password (kept ones stay) and write the servers' configs.
-        Locked: redis and nats are prepared concurrently and both call this."""
+    def ensure(self) -> bool:
+        """Make every missing password (kept ones stay) and write the servers' configs;
+        whether ``nats.conf`` changed (a running nats-server must reload it: the roles'
+        permissions of an older version). Locked: redis and nats are prepared
+        concurrently and both call this."""
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.root.chmod(0o700)
         with (self.root / "lock").open("w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            self._ensure()
+            return self._ensure()
 
-    def _ensure(self) -> None:
+    def _ensure(self) -> bool:
         for path in (self.redis_passfile, *(self.nats_passfile(role) for role in ROLES)):
             if not path.exists():
                 write_secret(path, secrets.token_urlsafe(32))
         write_secret(self.redis_conf, f"requirepass {read_secret(self.redis_passfile)}")
-        write_secret(self.nats_conf, nats_config(self.passwords()))
+        wanted = nats_config(self.passwords())
+        if self.nats_conf.exists() and self.nats_conf.read_text() == wanted:
+            return False
+        write_secret(self.nats_conf, wanted)
+        return True
 
     def passwords(self) -> dict[str, str]:
         return {role: read_secret(self.nats_passfile(role)) for role in ROLES}
@@ -122,7 +169,7 @@ def nats_config(passwords: Mapping[str, str]) -> str:
     users: list[dict[str, object]] = [{"user": OPERATOR, "password": passwords[OPERATOR]}]
     for role, (publish, subscribe) in PERMISSIONS.items():
         permissions = {
-            "publish": {"allow": [_JS_API, *publish], "deny": list(_DESTROY)},
+            "publish": {"allow": list(publish)},
             "subscribe": {"allow": [_INBOX, *subscribe]},
         }
         users.append({"user": role, "password": passwords[role], "permissions": permissions})

@@ -10,7 +10,7 @@ from datetime import timedelta
 from bh.devstack import binaries, docker_engine, probe
 from bh.devstack.auth import OPERATOR, PERMISSIONS, Secrets
 from bh.devstack.config import DevConfig
-from bh.devstack.process import Argv
+from bh.devstack.process import Argv, PidRecord, reload
 from bh.devstack.rgw import gateway
 from bh.devstack.service import Service
 from bh.devstack.state import StateDir
@@ -80,6 +80,12 @@ def nats(config: DevConfig, state: StateDir) -> Service:
         password = secrets.password(OPERATOR)
         return jetstream and probe.nats_login(host, port, user=OPERATOR, password=password)
 
+    def refresh(record: PidRecord) -> str:
+        """An older version's permissions in a running server: write ours, reload."""
+        if secrets.ensure() and reload(record):
+            return "reloaded its users and permissions"
+        return ""
+
     roles = {
         f"BH_NATS_URL_{role.upper()}": secrets.nats_url(host, port, role) for role in PERMISSIONS
     }
@@ -90,6 +96,7 @@ def nats(config: DevConfig, state: StateDir) -> Service:
         launches=launches,
         ready=ready,
         prepare=secrets.ensure,
+        refresh=refresh,
         exports={"BH_NATS_URL": secrets.nats_url(host, port), **roles},
         log_path=state.log("nats"),
         pid_path=state.pidfile("nats"),

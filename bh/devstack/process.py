@@ -136,6 +136,18 @@ def stop(record: PidRecord, *, timeout: timedelta) -> Stopped:
     return Stopped.KILLED
 
 
+def reload(record: PidRecord) -> bool:
+    """SIGHUP a process ``bh dev`` started and that still runs (servers re-read their
+    config on it: nats-server keeps its connections); whether it was signalled."""
+    if not record.started_by_us or not is_running(record):
+        return False
+    try:
+        os.kill(record.pid, signal.SIGHUP)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def log_tail(path: Path, *, lines: int = 15) -> str:
     """The last ``lines`` lines of a log file ('' if there is none)."""
     try:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from bh.devstack.config import LOOPBACK
-from bh.devstack.process import Argv
+from bh.devstack.process import Argv, PidRecord
 
 
 def _nothing() -> None:
@@ -16,6 +16,10 @@ def _nothing() -> None:
 
 
 def _no_detail() -> str:
+    return ""
+
+
+def _no_refresh(record: PidRecord) -> str:
     return ""
 
 
@@ -40,6 +44,9 @@ class Service:
     host: str = LOOPBACK
     ready_timeout: timedelta = timedelta(seconds=20)
     stop_timeout: timedelta = timedelta(seconds=10)
-    prepare: Callable[[], None] = _nothing  # runs before a start: install, check rights
+    prepare: Callable[[], object] = _nothing  # runs before a start: install, check rights
     detail: Callable[[], str] = _no_detail  # extra facts once ready (storage driver)
+    # for its process bh dev started, found answering: bring it up to date with this
+    # version's config (nats: the roles' permissions); what it did, "" for nothing
+    refresh: Callable[[PidRecord], str] = _no_refresh
     child_env: Mapping[str, str] = field(default_factory=dict)  # on top of os.environ

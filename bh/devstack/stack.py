@@ -112,7 +112,7 @@ class Stack:
         if service.ready():
             if record is None:
                 return _report(service, State.EXTERNAL, _external_detail(service))
-            return _report(service, State.ALREADY_RUNNING, _running_detail(service, record))
+            return self._refreshed(service, record)
         try:
             if record is not None and self._reuse(service, record):
                 return _report(service, State.ALREADY_RUNNING, _running_detail(service, record))
@@ -122,6 +122,15 @@ class Stack:
         except DevstackError as exc:
             return _report(service, State.FAILED, note + str(exc))
         return self._start(service, launches, note)
+
+    def _refreshed(self, service: Service, record: PidRecord) -> Report:
+        """Our process answers: keep it, with this version's config (``refresh``)."""
+        detail = _running_detail(service, record)
+        try:
+            done = service.refresh(record)
+        except DevstackError as exc:
+            return _report(service, State.FAILED, f"{detail}; {exc}")
+        return _report(service, State.ALREADY_RUNNING, f"{detail}; {done}" if done else detail)
 
     def _reuse(self, service: Service, record: PidRecord) -> bool:
         """Our process runs but does not answer yet: wait for it, unless its command line

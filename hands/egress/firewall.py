@@ -13,16 +13,26 @@ never removes another's; ``fence`` withdraws only this proxy's accept (the proxy
 gone but containers may still run); ``remove`` deletes everything (teardown). An
 accept left by a Hands that was SIGKILLed names a port nobody listens on until a
 proxy takes it again.
+
+Processes install at the same moment (a Hands and a Hands API starting together on one
+bridge), and no lock spans them: in compose each is a container of its own, sharing
+only the network namespace. So every step is a check that converges, not a
+check-then-act: a chain another process created meanwhile is taken as made, the final
+DROP and the INPUT jump are brought to exactly one each (added when missing, the
+surplus of a race deleted, looked at again until it holds), and removing what another
+process removed already succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import shutil
+from collections.abc import Callable
 from typing import Self
 
-from contracts import InvalidInput
+from contracts import InvalidInput, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +71,16 @@ class BridgeFirewall:
                 pass
             await self._ensure_jump(binary)
 
-    async def _ensure_drop_last(self, binary: str) -> None:
-        if await _iptables(binary, "-n", "-L", self.chain, check=False) != 0:
-            await _iptables(binary, "-N", self.chain)
-        listed = (await _output(binary, "-S", self.chain)).splitlines()
-        if not listed or listed[-1].strip() != f"-A {self.chain} -j DROP":
-            await _iptables(binary, "-A", self.chain, "-j", "DROP")
-
     async def remove(self) -> None:
-        """Delete the jump and the chain (absent is fine)."""
+        """Delete the jump and the chain (absent is fine, also when another process
+        removes them at the same time)."""
         for binary in self._tables:
-            jump = ["INPUT", "-i", self.interface, "-j", self.chain]
-            while await _iptables(binary, "-C", *jump, check=False) == 0:
-                await _iptables(binary, "-D", *jump)
-            if await _iptables(binary, "-n", "-L", self.chain, check=False) == 0:
-                await _iptables(binary, "-F", self.chain)
-                await _iptables(binary, "-X", self.chain)
+            while await _iptables(binary, "-D", *self._jump("INPUT"), check=False) == 0:
+                pass
+            await _iptables(binary, "-F", self.chain, check=False)
+            code, output = await _exec(binary, "-X", self.chain)
+            if code != 0 and await self._exists(binary):
+                raise InvalidInput(f"`{binary} -X {self.chain}` failed ({code}): {output.strip()}")
 
     async def __aenter__(self) -> Self:
         await self.install()
@@ -85,10 +89,74 @@ class BridgeFirewall:
     async def __aexit__(self, *exc: object) -> None:
         await self.remove()
 
+    async def _ensure_drop_last(self, binary: str) -> None:
+        await self._ensure_chain(binary)
+        drop = ["-j", "DROP"]
+        await _exactly_one(
+            binary,
+            self.chain,
+            f"-A {self.chain} -j DROP",
+            add=["-A", self.chain, *drop],
+            delete=["-D", self.chain, *drop],  # the first: a surplus drop is never the last
+            placed=lambda rules, rule: rules[-1] == rule,
+        )
+
     async def _ensure_jump(self, binary: str) -> None:
-        jump = ["-i", self.interface, "-j", self.chain]
-        if await _iptables(binary, "-C", "INPUT", *jump, check=False) != 0:
-            await _iptables(binary, "-I", "INPUT", "1", *jump)
+        await _exactly_one(
+            binary,
+            "INPUT",
+            f"-A INPUT -i {self.interface} -j {self.chain}",
+            add=["-I", *self._jump("INPUT", "1")],
+            delete=["-D", *self._jump("INPUT")],
+        )
+
+    async def _ensure_chain(self, binary: str) -> None:
+        """The chain, made unless it exists — or another process made it meanwhile."""
+        if await self._exists(binary):
+            return
+        code, output = await _exec(binary, "-N", self.chain)
+        if code != 0 and not await self._exists(binary):
+            raise InvalidInput(f"`{binary} -N {self.chain}` failed ({code}): {output.strip()}")
+
+    async def _exists(self, binary: str) -> bool:
+        return await _iptables(binary, "-n", "-L", self.chain, check=False) == 0
+
+    def _jump(self, chain: str, *position: str) -> list[str]:
+        return [chain, *position, "-i", self.interface, "-j", self.chain]
+
+
+#: rounds of looking again before a rule that others keep changing is given up on
+_ROUNDS = 20
+
+
+async def _exactly_one(
+    binary: str,
+    chain: str,
+    rule: str,
+    *,
+    add: list[str],
+    delete: list[str],
+    placed: Callable[[list[str], str], bool] = lambda rules, rule: True,
+) -> None:
+    """Bring ``chain`` to hold ``rule`` (as ``-S`` lists it) exactly once, where
+    ``placed`` wants it: add it when missing or misplaced, delete a surplus (two
+    processes adding at once), and look again until it holds. Two processes deleting
+    a surplus at once may leave none: the next look adds it again. A random pause
+    between rounds breaks a lockstep."""
+    for attempt in range(_ROUNDS):
+        rules = (await _output(binary, "-S", chain)).splitlines()
+        found = rules.count(rule)
+        if found == 1 and placed(rules, rule):
+            return
+        if found > 1:
+            await _iptables(binary, *delete, check=False)  # gone meanwhile: looked at again
+        else:
+            await _iptables(binary, *add)
+        await asyncio.sleep(random.uniform(0, 0.005 * attempt))
+    raise StoreUnavailable(
+        f"`{binary}`: {chain} kept changing under other processes ({_ROUNDS} rounds); "
+        f"could not leave `{rule}` in it exactly once"
+    )
 
 
 async def _iptables(binary: str, *args: str, check: bool = True) -> int:

@@ -101,13 +101,7 @@ def _settle(api: Any, name: str) -> tuple[dict[str, Any] | None, bool]:
     raced = len(called) > 1
     if not called:
         raced = True
-        api.create_network(
-            name,
-            driver="bridge",
-            internal=True,
-            options={_ICC: "false", _MASQUERADE: "false"},
-            labels={LABEL_EGRESS: "1"},
-        )
+        _create(api, name)
         called = _called(api, name)
         if not called:
             return None, True  # removed at once by a Hands that had listed it as a twin
@@ -120,6 +114,24 @@ def _settle(api: Any, name: str) -> tuple[dict[str, Any] | None, bool]:
         except docker.errors.APIError as error:
             log.warning("egress network %s: a twin stays: %s", name, error)
     return oldest, raced
+
+
+def _create(api: Any, name: str) -> None:
+    """Create the network; one that another Hands created meanwhile is as good (an
+    engine that refuses a duplicate name answers 409: Docker 25 and later always, older
+    ones when asked to check), and the caller lists the networks again."""
+    try:
+        api.create_network(
+            name,
+            driver="bridge",
+            internal=True,
+            options={_ICC: "false", _MASQUERADE: "false"},
+            labels={LABEL_EGRESS: "1"},
+        )
+    except docker.errors.APIError as error:
+        if error.status_code != 409:
+            raise
+        log.info("egress network %s: created by another Hands meanwhile", name)
 
 
 def _oldest_id(called: list[dict[str, Any]]) -> str | None:

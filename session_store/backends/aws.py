@@ -39,11 +39,17 @@ async def open_client(
 
     Retries are left to botocore's standard mode (with jitter); the store makes a retried
     create safe by recognising its own record when the create reports "exists".
+
+    A pooled connection whose peer died silently (a partition: no reset) must not hold a
+    call for long: a read that gets no byte for ``read_timeout`` (10 s; it bounds each
+    read, not a whole transfer) ends the attempt and its connection, and the retry
+    opens another; TCP keepalive lets the kernel drop idle dead ones.
     """
     config = AioConfig(
         retries={"max_attempts": 4, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=30,
+        connect_timeout=3,
+        read_timeout=10,
+        tcp_keepalive=True,
         max_pool_connections=64,
         s3={"addressing_style": "path"} if service == "s3" else None,
     )

@@ -134,13 +134,21 @@ class S3Backend:
         return None
 
     async def ensure(self) -> None:
-        try:
-            await self._client.create_bucket(Bucket=self._bucket)
-        except ClientError as error:
-            if error_code(error) not in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
+        """Create the bucket unless it exists. AWS answers the losers of concurrent
+        creates ``OperationAborted`` (409): tried again, backing off, a few times."""
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                await self._client.create_bucket(Bucket=self._bucket)
+                return
+            except ClientError as error:
+                code = error_code(error)
+                if code in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
+                    return
+                if code != "OperationAborted" or attempt == _CONFLICT_RETRIES - 1:
+                    translate(error, self.description)
+            except TRANSIENT as error:
                 translate(error, self.description)
-        except TRANSIENT as error:
-            translate(error, self.description)
+            await asyncio.sleep(0.1 * 2**attempt)
 
     async def check(self) -> None:
         try:

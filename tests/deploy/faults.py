@@ -11,6 +11,10 @@ hit (for the run's schedule, as ``bh chaos`` prints it).
 - ``partition_hands``: drop the Hands' NATS traffic mid-run, then heal: they live in the
   host's network namespace, so it is an iptables rule on the NATS port published on
   the host's loopback, which cuts every Hands (and the Hands API) of this host;
+- ``partition_schedulers``: ``docker network disconnect`` both schedulers for 23 s,
+  then reconnect them: each must be ready again within ``RECOVERY`` as the same
+  process — its NATS and Redis connections died silently and its clients must notice
+  and reconnect (issue 31, finding 15: both stayed unready for minutes, until restarted);
 - ``stop_nats_node``: stop one NATS server (the streams are R3), start it again;
 - ``restart``: Redis (its data lost: no persistence) or the S3 server (data kept);
 - ``rolling_restart``: every Brain in turn, SIGTERM (leases handed back), then started.
@@ -44,6 +48,8 @@ WITHIN = 12.0
 #: how long every service has to be ready again after a fault
 RECOVERY = 20.0
 SERVICES = ("scheduler-1", "scheduler-2", "session-api", "hands-api", "brain", "hands")
+#: how long ``partition_schedulers`` cuts them off (the review's run: 23 s)
+PARTITION_SECONDS = 23.0
 
 
 @dataclass
@@ -135,6 +141,43 @@ class Faults:
         await self.deployment.healthy("hands", len(await self.deployment.found("hands")))
         return f"the Hands' NATS port {port} dropped for 12 s ({running} runs in flight)"
 
+    async def partition_schedulers(self) -> str:
+        """Both schedulers cut off from everything (Redis, the store, NATS) for as long
+        as the review's run did, then back: ready again without a restart."""
+        network = self.deployment.client.networks.get(self.deployment.env["BH_DEPLOY_NETWORK"])
+        schedulers = [
+            container
+            for service in ("scheduler-1", "scheduler-2")
+            for container in await self.deployment.found(service)
+        ]
+        started = {container.name: _started_at(container) for container in schedulers}
+        for container in schedulers:
+            await asyncio.to_thread(network.disconnect, container)
+        await asyncio.sleep(PARTITION_SECONDS)
+        for container in schedulers:
+            service = container.labels.get("com.docker.compose.service", container.name)
+            await asyncio.to_thread(network.connect, container, aliases=[service])
+        for container in schedulers:
+            await self.recovered_in_place(container, started[container.name])
+        names = ", ".join(sorted(started))
+        return f"{names} cut off for {PARTITION_SECONDS:.0f} s"
+
+    async def recovered_in_place(self, container: Any, started_at: str) -> None:
+        """A violation unless ``container`` is ready within ``RECOVERY`` as the process
+        it was (its restart by the readiness limit would also bring it back, later)."""
+        service = container.labels.get("com.docker.compose.service", container.name)
+        for unready, said in await self.deployment.unready(service, RECOVERY):
+            if unready.name == container.name:
+                self.violations.append(
+                    f"{container.name} not ready {RECOVERY:.0f} s after its partition "
+                    f"healed: {said}"
+                )
+        await asyncio.to_thread(container.reload)
+        if _started_at(container) != started_at:
+            self.violations.append(
+                f"{container.name} was restarted after its partition, not healed in place"
+            )
+
     # -- infrastructure ------------------------------------------------------------------
 
     async def stop_nats_node(self, name: str = "nats-1") -> str:
@@ -203,6 +246,11 @@ class Faults:
                 return found
             await asyncio.sleep(0.2)
         return 0
+
+
+def _started_at(container: Any) -> str:
+    """When the container's process started (a restart changes it)."""
+    return str(container.attrs["State"]["StartedAt"])
 
 
 def _iptables(*args: str) -> None:

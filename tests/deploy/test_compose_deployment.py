@@ -193,6 +193,7 @@ async def _faults(faults: Faults) -> None:
     await faults.run("scale", lambda: faults.scale("brain", 4))
     await faults.run("partition_hands", faults.partition_hands)
     await faults.run("partition_brain", faults.partition_brain)
+    await faults.run("partition_schedulers", faults.partition_schedulers)
     await faults.run("stop_nats_node", faults.stop_nats_node)
     await faults.run("restart_redis", lambda: faults.restart("redis"))
     await faults.run("restart_s3", lambda: faults.restart("s3"))

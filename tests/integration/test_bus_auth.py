@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,11 +25,23 @@ import pytest
 import redis.asyncio
 import redis.exceptions
 from nats.aio.client import Client as NATS
+from nats.js.api import StreamInfo
 
-from bus import CANCEL_SUBJECT, Bus, BusSettings, dispatch_subject, result_subject
+from bus import (
+    CANCEL_SUBJECT,
+    DISPATCH_STREAM,
+    RESULTS_STREAM,
+    Bus,
+    BusSettings,
+    dispatch_subject,
+    result_subject,
+)
+from bus.backlog import HANDS_CONSUMER, SCHEDULER_CONSUMER, dispatch_backlog, results_backlog
+from bus.pull import fetch_one
 from contracts import StoreUnavailable
 from coordination import redis_client
 from runtime.credentials import endpoint, write_secret
+from tests.support.eventually import assert_eventually
 from tests.support.services import in_ci, require
 
 pytestmark = [pytest.mark.nats, pytest.mark.redis]
@@ -185,6 +198,155 @@ async def test_a_service_role_cannot_delete_a_stream(namespace: str) -> None:
             await client.jetstream(timeout=2).delete_stream(f"{namespace.upper()}_DISPATCH")
     finally:
         await client.close()
+
+
+SERVICE_ROLES = ["brain", "hands", "scheduler", "api"]
+
+
+async def _stream(namespace: str, name: str) -> StreamInfo:
+    """The stream as the operator reads it."""
+    operator = await Bus.connect(
+        BusSettings(url=require("BH_NATS_URL", "NATS JetStream"), namespace=namespace)
+    )
+    try:
+        return await operator.js.stream_info(operator.stream(name))
+    finally:
+        await operator.close()
+
+
+@pytest.mark.parametrize("role", SERVICE_ROLES)
+async def test_a_service_role_cannot_update_a_stream(namespace: str, role: str) -> None:
+    """Issue 31, finding 5: as ``hands``, ``max_msgs=1`` shrank 5 queued dispatches to 1,
+    and other subjects made the Brain's next dispatch publish fail. Only the operator may
+    change what the bus holds."""
+    operator = await Bus.connect(
+        BusSettings(url=require("BH_NATS_URL", "NATS JetStream"), namespace=namespace)
+    )
+    for n in range(5):
+        await operator.publish(dispatch_subject("echo"), b"{}", msg_id=f"queued-{n}")
+    await operator.close()
+    stream = f"{namespace.upper()}_DISPATCH"
+    before = (await _stream(namespace, "DISPATCH")).config
+    errors: list[Exception] = []
+    client = await _as(role, errors)
+    try:
+        js = client.jetstream(timeout=0.5)  # refused: no answer comes (the error callback tells)
+        shrunk = replace(before, max_msgs=1)
+        moved = replace(before, subjects=[f"{namespace}.elsewhere.>"])
+        tries = await asyncio.gather(
+            js.update_stream(shrunk), js.update_stream(moved), return_exceptions=True
+        )
+        changed = [outcome for outcome in tries if not isinstance(outcome, BaseException)]
+        assert changed == [], f"{role} changed the stream"
+        assert all(isinstance(outcome, TimeoutError | nats.errors.Error) for outcome in tries)
+        assert await _violated(errors), errors
+    finally:
+        await client.close()
+    after = await _stream(namespace, "DISPATCH")
+    assert after.state.messages == 5, f"{stream} lost queued dispatches"
+    assert after.config.subjects == before.subjects
+
+
+@pytest.mark.parametrize("role", SERVICE_ROLES)
+async def test_a_role_meeting_a_stream_that_differs_leaves_it_and_reports_it(
+    namespace: str, role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator set a tighter limit on the dispatch queue and a shorter duplicate
+    window on the results stream. A service starting leaves both as they are (it used to
+    update them back, with a right it should not have), logs each difference, and is not
+    ready while the dispatch queue may drop messages; ready again once the operator
+    aligns it (``bh init``)."""
+    operator = await Bus.connect(
+        BusSettings(url=require("BH_NATS_URL", "NATS JetStream"), namespace=namespace)
+    )
+    try:
+        dispatch = (await _stream(namespace, "DISPATCH")).config
+        results = (await _stream(namespace, "RESULTS")).config
+        await operator.js.update_stream(replace(dispatch, max_msgs=1000))
+        await operator.js.update_stream(replace(results, duplicate_window=30.0))
+        bus = await Bus.connect(BusSettings(url=_role_url(role), namespace=namespace))
+        try:
+            assert (await _stream(namespace, "DISPATCH")).config.max_msgs == 1000
+            assert (await _stream(namespace, "RESULTS")).config.duplicate_window == 30.0
+            drift = {name: [str(d) for d in found] for name, found in bus.drift.items()}
+            assert drift == {
+                f"{namespace.upper()}_DISPATCH": ["max_msgs is 1000, want unlimited"],
+                f"{namespace.upper()}_RESULTS": ["duplicate_window is 30, want 120"],
+            }
+            assert "max_msgs is 1000, want unlimited" in caplog.text
+            with pytest.raises(StoreUnavailable, match="max_msgs is 1000"):
+                await bus.check()
+            await operator.ensure_streams(align=True)  # what `bh init` does
+            await bus.check()  # looked again: ready without a restart
+            assert bus.drift == {}
+        finally:
+            await bus.close()
+    finally:
+        await operator.close()
+
+
+@pytest.mark.parametrize("role", SERVICE_ROLES)
+async def test_a_role_creates_the_streams_of_a_fresh_namespace(role: str) -> None:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    bus = await Bus.connect(BusSettings(url=_role_url(role), namespace=name))
+    try:
+        assert bus.drift == {}
+        await bus.check()
+        for stream in ("DISPATCH", "RESULTS"):
+            assert (await _stream(name, stream)).config.name == f"{name.upper()}_{stream}"
+    finally:
+        await bus.close()
+        operator = await Bus.connect(
+            BusSettings(url=require("BH_NATS_URL", "NATS JetStream"), namespace=name)
+        )
+        for stream in ("DISPATCH", "RESULTS"):
+            await operator.js.delete_stream(operator.stream(stream))
+        await operator.close()
+
+
+@pytest.mark.parametrize(
+    ("role", "stream", "consumer"),
+    [
+        ("hands", DISPATCH_STREAM, HANDS_CONSUMER),
+        ("api", DISPATCH_STREAM, HANDS_CONSUMER),  # a Hands API run with --consume
+        ("scheduler", RESULTS_STREAM, SCHEDULER_CONSUMER),
+    ],
+)
+async def test_a_consuming_role_binds_fetches_acknowledges_and_reads_backlogs(
+    namespace: str, role: str, stream: str, consumer: str
+) -> None:
+    """What the allow lists must leave each consuming role: every JetStream call its
+    service makes, as nats-py 2.16 makes it (``Bus.connect``, the durable's bind, a
+    fetch, an ack, the backlog reads of ``bus.backlog``, the readiness check)."""
+    topic = dispatch_subject("echo") if stream == DISPATCH_STREAM else result_subject("s1")
+    operator = await Bus.connect(
+        BusSettings(url=require("BH_NATS_URL", "NATS JetStream"), namespace=namespace)
+    )
+    bus = await Bus.connect(BusSettings(url=_role_url(role), namespace=namespace))
+    try:
+        await operator.publish(topic, b"{}", msg_id="m1")
+        pull = await bus.js.pull_subscribe(
+            bus.subject(topic), durable=consumer, stream=bus.stream(stream)
+        )
+        [message] = await fetch_one(pull, wait=5)
+        held = await (dispatch_backlog if stream == DISPATCH_STREAM else results_backlog)(bus)
+        assert (held.ack_pending, held.oldest_age >= 0) == (1, True)  # its age: a message read
+        await message.ack()
+        await assert_eventually(lambda: _acknowledged(operator, stream, consumer), within=10)
+        assert (await dispatch_backlog(bus)).pending == 0
+        if role == "scheduler":
+            assert (await results_backlog(bus)).pending == 0
+        await bus.check()
+    finally:
+        await bus.close()
+        await operator.close()
+
+
+async def _acknowledged(bus: Bus, stream: str, consumer: str) -> bool:
+    info = await bus.js.consumer_info(bus.stream(stream), consumer)
+    return (
+        info.num_ack_pending == 0 and info.ack_floor is not None and info.ack_floor.stream_seq == 1
+    )
 
 
 def test_the_credential_files_are_private() -> None:

@@ -7,19 +7,32 @@ Runs real redis-server and nats-server binaries in a dev home and on ports of it
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import nats
+import nats.errors
 import pytest
 
 from bh.devstack import binaries, probe
+from bh.devstack.auth import OPERATOR, Secrets
 from bh.devstack.errors import DevstackError
 from bh.devstack.poll import poll_until
-from bh.devstack.process import PidRecord, is_running, spawn, write_pidfile
+from bh.devstack.process import (
+    PidRecord,
+    is_running,
+    read_pidfile,
+    reload,
+    spawn,
+    write_pidfile,
+)
 from bh.devstack.state import StateDir
+from runtime.credentials import write_secret
 from tests.support.services import bh_dev, free_ports
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats]
@@ -98,3 +111,72 @@ def test_servers_running_without_authentication_are_replaced(dev_env: dict[str, 
     assert b'"auth_required":true' in _nats_info(nats_port)
     again = bh_dev("up", "--without", "moto", "--without", "docker", env=dev_env)
     assert again.stdout.count("already running") == 2, again.stdout  # and kept after that
+
+
+async def _updates_as(role: str, secrets: Secrets, port: int, stream: str) -> bool:
+    """Whether ``role`` may update ``stream`` on the dev stack's nats-server."""
+    client = await nats.connect(
+        f"nats://127.0.0.1:{port}",
+        user=role,
+        password=secrets.password(role),
+        allow_reconnect=False,
+        error_cb=_quiet,
+    )
+    try:
+        js = client.jetstream(timeout=2)
+        config = (await js.stream_info(stream)).config
+        try:
+            await js.update_stream(replace(config, max_msgs=1000))
+        except (TimeoutError, nats.errors.Error):
+            return False
+        return True
+    finally:
+        await client.close()
+
+
+async def _quiet(error: Exception) -> None:
+    """The refused update's permissions violation: the test asserts the refusal."""
+
+
+async def test_up_reloads_a_running_nats_whose_permissions_are_an_older_versions(
+    dev_env: dict[str, str],
+) -> None:
+    """Issue 31, finding 5: a nats-server started by an older ``bh dev up`` keeps the
+    permissions it read at start (every role could update streams). ``bh dev up``
+    rewrites ``nats.conf`` and reloads the running server (SIGHUP: no restart, the
+    connections stay), so the roles lose the right at once."""
+    up = ("up", "--without", "moto", "--without", "docker")
+    assert bh_dev(*up, env=dev_env).returncode == 0
+    state = StateDir(Path(dev_env["BH_DEV_HOME"]))
+    secrets = Secrets(state.secrets)
+    port = int(dev_env["BH_DEV_NATS_PORT"])
+    record = read_pidfile(state.pidfile("nats"))
+    assert record is not None
+    older = secrets.nats_conf.read_text().replace('"$JS.API.STREAM.CREATE.*"', '"$JS.API.>"')
+    write_secret(secrets.nats_conf, older)  # as the older version wrote it...
+    assert reload(record)  # ...and the server read it
+    operator = await nats.connect(
+        f"nats://127.0.0.1:{port}", user=OPERATOR, password=secrets.password(OPERATOR)
+    )
+    try:
+        await operator.jetstream().add_stream(name="RELOAD", subjects=["reload.>"])
+        assert await _eventually_async(lambda: _updates_as("hands", secrets, port, "RELOAD"))
+
+        again = bh_dev(*up, env=dev_env)
+
+        assert "reloaded its users and permissions" in again.stdout, again.stdout
+        assert not await _updates_as("hands", secrets, port, "RELOAD")
+        assert read_pidfile(state.pidfile("nats")) == record  # the same server
+        assert operator.is_connected  # a reload keeps the connections
+    finally:
+        await operator.close()
+
+
+async def _eventually_async(condition: Callable[[], Awaitable[bool]]) -> bool:
+    """The server applies a reload on its own time: poll with a deadline."""
+    deadline = asyncio.get_running_loop().time() + 15
+    while not await condition():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True

@@ -20,13 +20,15 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 
+from contracts import InvalidInput
 from runtime.build import build_id
+from tests.support.eventually import assert_eventually
 from tests.support.http_server import free_port
 from tests.support.processes import python_module
 from tests.support.services import require
 from tests.support.tcp_gate import TcpGate
 from webapi.exposition import Scrape
-from webapi.probes import Probes, serve
+from webapi.probes import EXIT_UNREADY, Probes, serve, unready_limit
 
 pytestmark = [pytest.mark.redis, pytest.mark.nats]
 
@@ -78,6 +80,170 @@ async def test_a_process_whose_main_task_ended_is_not_live() -> None:
     probes = Probes("x", {}, alive=lambda: False)
     assert (await _probe(probes.app(), "/livez")).status_code == 503
     assert (await _probe(probes.app(), "/readyz")).json()["checks"] == {"process": "dead"}
+
+
+async def test_readiness_failing_past_its_limit_makes_the_process_not_live() -> None:
+    """A process that cannot get ready again is restarted (issue 31, finding 15: two
+    schedulers answered ``/readyz`` 503 for over a minute while ``/livez`` stayed 200, so
+    nothing restarted them): ``/livez`` is 200 until readiness has failed for
+    ``unready_limit`` seconds, 503 after; the watch evaluates readiness with nobody
+    probing, and says so (``expired``, the entry points then stop and exit)."""
+    broken = True
+
+    async def redis() -> None:
+        if broken:
+            raise ConnectionError("cut off")
+
+    stopped: list[str] = []
+    probes = Probes("x", {"redis": redis}, unready_limit=0.6, watch_every=0.1, exit_grace=None)
+    assert (await _probe(probes.app(), "/readyz")).status_code == 503  # failing from now
+    assert (await _probe(probes.app(), "/livez")).status_code == 200  # not for long yet
+    async with probes.watching(lambda: stopped.append("stop")):  # nobody probes
+        await assert_eventually(lambda: _set(probes.expired), within=10)
+    live = await _probe(probes.app(), "/livez")
+    assert (live.status_code, live.json()["status"]) == (503, "unready_too_long")
+    assert stopped == ["stop"]
+    with pytest.raises(SystemExit) as exited:
+        probes.exit_if_expired()
+    assert exited.value.code == EXIT_UNREADY
+
+
+async def test_a_pass_in_between_starts_the_limit_over() -> None:
+    outcomes = iter([False, False, True, False, False, False])
+
+    async def flaky() -> None:
+        if not next(outcomes):
+            raise ConnectionError("cut off")
+
+    probes = Probes("x", {"flaky": flaky}, unready_limit=0.3, cache=0, exit_grace=None)
+    for _ in range(2):
+        await probes.failing()
+    await asyncio.sleep(0.3)  # past the limit, but the next round passes
+    await probes.failing()
+    await probes.failing()
+    assert not probes.expired.is_set()
+
+
+def test_the_unready_limit_is_read_from_the_environment() -> None:
+    assert unready_limit({}) == 90.0
+    assert unready_limit({"BH_UNREADY_LIMIT_S": "120"}) == 120.0
+    assert unready_limit({"BH_UNREADY_LIMIT_S": "0"}) is None  # never
+    with pytest.raises(InvalidInput, match="BH_UNREADY_LIMIT_S must be a number"):
+        unready_limit({"BH_UNREADY_LIMIT_S": "90s"})
+
+
+async def _set(event: asyncio.Event) -> bool:
+    return event.is_set()
+
+
+async def test_a_service_unready_past_its_limit_exits_for_its_supervisor_to_restart(
+    tmp_path: Path,
+) -> None:
+    """A worker (the scheduler) and an API (the Session API) cut off from Redis for good:
+    each exits with status 3 once readiness has failed ``BH_UNREADY_LIMIT_S`` (4 s) —
+    and is live until then."""
+    redis_url = require("BH_REDIS_URL", "Redis")
+    redis = urlsplit(redis_url)
+    async with TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as gate:
+        gated = redis_url.replace(redis.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
+        env = {
+            "BH_STORE_URL": f"sqlite:///{tmp_path}/store.db",
+            "BH_NAMESPACE": f"p{uuid.uuid4().hex[:8]}",
+            "BH_REDIS_URL": gated,
+            "BH_NATS_URL": require("BH_NATS_URL", "NATS JetStream"),
+            "BH_SESSION_API_TOKEN": secrets.token_urlsafe(24),
+            "BH_UNREADY_LIMIT_S": "4",
+        }
+        ports = {"scheduler": free_port(), "session-api": free_port()}
+        processes = {
+            "scheduler": python_module(
+                "scheduler",
+                stdout=subprocess.DEVNULL,
+                env={**env, "BH_PROBE_PORT": str(ports["scheduler"])},
+            ),
+            "session-api": python_module(
+                "session_api",
+                "--port",
+                str(ports["session-api"]),
+                stdout=subprocess.DEVNULL,
+                env=env,
+            ),
+        }
+        try:
+            async with httpx.AsyncClient(timeout=5) as http:
+                await _until(http, ports, processes, lambda name: 200)
+                gate.shut()
+                await _until(http, ports, processes, lambda name: 503)
+                for name, port in ports.items():  # failing for about a second: still live
+                    live = await http.get(f"http://127.0.0.1:{port}/livez")
+                    assert live.status_code == 200, name
+            for name, process in processes.items():
+                code = await asyncio.wait_for(asyncio.to_thread(process.wait), 60)
+                assert code == EXIT_UNREADY, (name, process.stderr.read()[-2000:])  # type: ignore[union-attr]
+                assert "stopping, so that a fresh process takes over" in process.stderr.read()  # type: ignore[union-attr]
+        finally:
+            for process in processes.values():
+                process.kill()
+                process.communicate()
+
+
+async def test_a_service_whose_connections_were_stranded_heals_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Issue 31, finding 15: after a partition, a scheduler's NATS connection was dead
+    without its client knowing (``nats did not answer in 2.0 s`` for over a minute) until
+    it was restarted. Its NATS and Redis connections stranded — never another byte,
+    never closed (``TcpGate.strand``) — the scheduler notices, reconnects through new
+    connections and is ready again, the same process all along."""
+    redis_url = require("BH_REDIS_URL", "Redis")
+    nats_url = require("BH_NATS_URL", "NATS JetStream")
+    redis, nats = urlsplit(redis_url), urlsplit(nats_url)
+    port = free_port()
+    async with (
+        TcpGate(redis.hostname or "127.0.0.1", redis.port or 6379) as redis_gate,
+        TcpGate(nats.hostname or "127.0.0.1", nats.port or 4222) as nats_gate,
+    ):
+        env = {
+            "BH_STORE_URL": f"sqlite:///{tmp_path}/store.db",
+            "BH_NAMESPACE": f"p{uuid.uuid4().hex[:8]}",
+            "BH_REDIS_URL": _through(redis_url, redis_gate),
+            "BH_NATS_URL": _through(nats_url, nats_gate),
+            "BH_PROBE_PORT": str(port),
+        }
+        scheduler = python_module("scheduler", stdout=subprocess.DEVNULL, env=env)
+        ports, processes = {"scheduler": port}, {"scheduler": scheduler}
+        try:
+            async with httpx.AsyncClient(timeout=5) as http:
+                await _until(http, ports, processes, lambda name: 200)
+                before = (redis_gate.forwarded, nats_gate.forwarded)
+                redis_gate.strand()
+                nats_gate.strand()
+                stranded = time.monotonic()
+                await _until(
+                    http,
+                    ports,
+                    processes,
+                    lambda name: 200,
+                    after=_reconnected(redis_gate, nats_gate, before),
+                )
+                healed = time.monotonic() - stranded
+            assert scheduler.poll() is None, "the scheduler was restarted, not healed"
+            assert healed < 45, healed
+        finally:
+            scheduler.kill()
+            scheduler.communicate()
+
+
+def _through(url: str, gate: TcpGate) -> str:
+    parts = urlsplit(url)
+    return url.replace(parts.netloc.rpartition("@")[2], f"127.0.0.1:{gate.port}")
+
+
+def _reconnected(
+    redis_gate: TcpGate, nats_gate: TcpGate, before: tuple[int, int]
+) -> Callable[[], bool]:
+    """Whether both clients opened new connections since ``before``."""
+    return lambda: redis_gate.forwarded > before[0] and nats_gate.forwarded > before[1]
 
 
 async def test_every_service_is_ready_then_not_without_redis_then_ready_again(
@@ -139,8 +305,11 @@ async def _until(
     ports: dict[str, int],
     processes: dict[str, subprocess.Popen[str]],
     wanted: Callable[[str], int],
+    *,
+    after: Callable[[], bool] = lambda: True,
 ) -> dict[str, dict[str, Any]]:
-    """Poll every /readyz until each answers ``wanted(name)``; their bodies."""
+    """Poll every /readyz until each answers ``wanted(name)`` (and ``after()`` holds);
+    their bodies."""
     deadline = time.monotonic() + 45
     bodies: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline:
@@ -158,7 +327,7 @@ async def _until(
             bodies[name] = answer.json()
             if answer.status_code != wanted(name):
                 pending.append(name)
-        if not pending:
+        if not pending and after():
             return bodies
         await asyncio.sleep(0.3)
     raise AssertionError(f"not as wanted in 45 s: {bodies}")

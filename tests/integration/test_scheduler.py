@@ -659,3 +659,35 @@ async def _results_settled(scheduler: Scheduler, bus: Bus) -> bool:
         return False
     info = await bus.js.consumer_info(bus.stream(RESULTS_STREAM), CONSUMER)
     return info.num_pending + info.num_ack_pending == 0
+
+
+@pytest.mark.sqlite  # the store plays no part: the bus's duplicate window does
+async def test_a_lost_dispatch_is_reissued_at_the_first_attention_and_at_each_after(
+    tmp_path: Path, sqlite_only: StoreLocation
+) -> None:
+    """Issue 31, finding 12: the relayed dispatch is lost (purged before any Hands took
+    it) while the stream's duplicate window still remembers its ``Nats-Msg-Id``. The
+    first attention re-issues it with an id the window has not seen, so the stream holds
+    it again; each later re-issue, by this scheduler or another one (a count shared in
+    Redis, not per process), adds one more copy instead of repeating an id."""
+    registry = Registry()
+    registry.add(kind("caller", {"start": _call}))
+    # the scheduler's own attention loop audits on start, then leaves the passes to the test
+    hour = timedelta(hours=1)
+    async with system(tmp_path, sqlite_only, registry, hands=False, attend_every=hour) as s:
+        await s.client.submit("s1", "r1", {"task": {"kind": "caller", "input": 0.1}})
+        await s.wakes.wake("s1", reason="submission")
+        await assert_eventually(lambda: _relayed(s.store, "s1"), within=20)
+        await s.bus.js.purge_stream(s.bus.stream(DISPATCH_STREAM))
+        other = Scheduler(store=s.store, bus=s.bus, wakes=s.wakes, leases=s.brain.leases)
+        for turn, scheduler in enumerate([s.scheduler, other, s.scheduler], start=1):
+            await s.wakes.attention.watch("s1", after=timedelta(0))
+            assert (await scheduler.attend()).get("reissued") == 1
+            assert await _dispatches(s.bus) == turn, f"re-issue {turn} was dropped"
+        assert s.scheduler.reissued == 2 and other.reissued == 1
+        assert s.scheduler.duplicates == other.duplicates == 0
+
+
+async def _dispatches(bus: Bus) -> int:
+    """The messages the dispatch stream holds (nobody consumes them here)."""
+    return (await bus.js.stream_info(bus.stream(DISPATCH_STREAM))).state.messages

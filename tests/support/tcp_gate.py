@@ -5,7 +5,11 @@ of its servers (Redis, NATS, the store) without touching the server.
 connection to the target; ``gate.shut()`` cuts every open connection and refuses new
 ones (they are accepted and closed at once, as a dead peer would look), ``gate.open()``
 lets them through again. ``gate.stall()`` keeps the connections but passes no byte (a
-peer that went silent: packets dropped, no reset) until ``open()``. The gate runs on
+peer that went silent: packets dropped, no reset) until ``open()``. ``gate.strand()``
+strands the connections open now for good — they never pass another byte and are never
+closed (a peer that died silently, or a partition that outlived the connection's NAT
+entry) — while new connections flow: a client heals only by noticing and reconnecting.
+The gate runs on
 an event loop in a thread of its own, so a client that blocks the test's loop (a
 synchronous Redis call made on it) still gets through.
 """
@@ -27,12 +31,16 @@ class TcpGate:
         self.target = (host, port)
         self.port = 0
         self.is_open = True
+        #: connections forwarded so far (a client that reconnected made a new one)
+        self.forwarded = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.StreamWriter] = set()
         self._flowing = threading.Event()
         self._flowing.set()
+        #: the writers of stranded connections (both ends): their pumps hold every byte
+        self._stranded: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> TcpGate:
         self._thread.start()
@@ -71,6 +79,13 @@ class TcpGate:
     def stall(self) -> None:
         self._flowing.clear()
 
+    def strand(self) -> None:
+        """Strand every connection open now (see the module doc); new ones flow."""
+        self._loop.call_soon_threadsafe(self._strand)
+
+    def _strand(self) -> None:
+        self._stranded.update(self._pipes)
+
     async def _on_gate(self, work: Coroutine[Any, Any, _T]) -> _T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
 
@@ -80,6 +95,8 @@ class TcpGate:
                 # stalled: hold the bytes back (a thread's event: polled, not awaited)
                 while not self._flowing.is_set():  # noqa: ASYNC110
                     await asyncio.sleep(0.05)
+                while sink in self._stranded:  # noqa: ASYNC110 (never another byte, until the end)
+                    await asyncio.sleep(0.05)
                 sink.write(data)
                 await sink.drain()
         sink.transport.abort()
@@ -88,6 +105,7 @@ class TcpGate:
         for writer in list(self._pipes):
             writer.transport.abort()
         self._pipes.clear()
+        self._stranded.clear()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.is_open:
@@ -99,6 +117,7 @@ class TcpGate:
             writer.transport.abort()
             return
         self._pipes.update({writer, upstream_writer})
+        self.forwarded += 1
         # the loop's teardown cancels a pipe still open at the end: that ends it too
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(
@@ -106,4 +125,5 @@ class TcpGate:
             )
         for end in (writer, upstream_writer):
             self._pipes.discard(end)
+            self._stranded.discard(end)
             end.transport.abort()

@@ -40,7 +40,9 @@ def exported() -> set[str]:
     """Every metric family name the services export (with data in the collectors that
     only report what they read)."""
     scheduler = SchedulerMetrics(
-        SimpleNamespace(woken=Counter(), passes=0, reissued=0, refusals=Counter, bus=None)  # type: ignore[arg-type]
+        SimpleNamespace(
+            woken=Counter(), passes=0, reissued=0, duplicates=0, refusals=Counter, bus=None
+        )  # type: ignore[arg-type]
     )
     scheduler._backlog = scheduler._results = Backlog(0.0, 0.0, 0.0)
     session_api = SessionApiMetrics(None)

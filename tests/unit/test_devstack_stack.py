@@ -23,6 +23,7 @@ from bh.devstack.process import (
     Stopped,
     is_running,
     read_pidfile,
+    reload,
     spawn,
     stop,
     write_pidfile,
@@ -37,6 +38,8 @@ import os, signal, socket, sys, time
 path, mode = sys.argv[1], sys.argv[2]
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "note-hup":  # a server re-reading its config: leaves a mark beside its socket
+    signal.signal(signal.SIGHUP, lambda *_: open(path + ".reloaded", "a").write("hup "))
 if os.path.exists(path):
     os.unlink(path)
 server = socket.socket(socket.AF_UNIX)
@@ -157,6 +160,33 @@ def test_up_is_idempotent_and_down_stops_it(state: StateDir, sock_dir: Path) -> 
     assert not is_running(record) and not service.ready()
     assert not service.pid_path.exists() and not state.env_file.exists()
     assert [r.state for r in stack.down()] == [State.NOT_RUNNING]
+
+
+def test_up_reloads_a_running_service_whose_config_changed(state: StateDir, sock_dir: Path) -> None:
+    """A nats-server an older ``bh dev up`` started keeps that version's permissions
+    until it reloads its config: ``up`` finds it running and reloads it (SIGHUP, which
+    keeps its connections) when the config it writes changed, and only then."""
+    sock = sock_dir / "s"
+    changed = [True, False]
+
+    def refresh(record: PidRecord) -> str:
+        return "reloaded" if changed.pop(0) and reload(record) else ""
+
+    service = replace(_service(state, sock, _listener(sock, "note-hup")), refresh=refresh)
+    stack = _stack(state, service)
+    try:
+        assert [r.state for r in stack.up()] == [State.STARTED]  # fresh: nothing to reload
+        [again] = stack.up()
+        assert again.state is State.ALREADY_RUNNING and again.detail.endswith("; reloaded")
+        marks = Path(f"{sock}.reloaded")
+        assert _wait(lambda: marks.exists() and marks.read_text() == "hup ")
+        [unchanged] = stack.up()
+        assert "reloaded" not in unchanged.detail and changed == []
+        record = read_pidfile(service.pid_path)
+        assert record is not None and is_running(record)  # the same process all along
+        assert not reload(replace(record, started_by_us=False))  # never another's
+    finally:
+        stack.down()
 
 
 def test_up_falls_back_to_the_next_launch(state: StateDir, sock_dir: Path) -> None:
