@@ -16,12 +16,18 @@ an email send) then SIGCONT it, SIGKILL a Hands, restart nats-server (or wipe it
 purge the dispatch and results streams, FLUSHALL or pause Redis, hold the store's write
 lock for 15 to 30 s, kill and restart the scheduler and the Session API (every killed
 process is restarted), forge dispatches, result events and wake jobs
-(``bh.chaos_forge``), and storm queued and running work with cancellations
-(``bh.chaos_cancel``). Then it reads the store, the ``count`` ledger and the email
+(``bh.chaos_forge``), storm queued and running work with cancellations
+(``bh.chaos_cancel``), pause a Hands between its claim and its run's start past the
+claim, or run a Brain and a Hands with their wall clocks 30 s off (``bh.chaos_restarts``),
+answer email sends after the caller's timeout, burst a session budget and a token limit
+with concurrent callers (``bh.chaos_limits``), and send malformed ids to every door
+(``bh.chaos_ids``). Then it reads the store, the ``count`` ledger and the email
 service's ledger and reports (``bh.chaos_check``, ``bh.chaos_report``): sessions
 submitted / completed / failed (with reason) / stuck; executions and applications per
-operation; drives dropped by fencing vs stale-fence commits accepted; forgeries refused.
-Any violation makes the run (and the command) fail. The seed and the schedule are
+operation; drives dropped by fencing vs stale-fence commits accepted; forgeries refused;
+the share of sessions and operations that succeeded, which must reach a floor (a run
+where everything errors must not pass). Any violation makes the run (and the command)
+fail. The seed and the schedule are
 printed, so a failing run can be replayed.
 """
 
@@ -49,6 +55,7 @@ from bh.chaos_cancel import CancelStorms
 from bh.chaos_check import check, fenced_in_logs, ledger_counts
 from bh.chaos_clients import redis_client
 from bh.chaos_forge import Forger
+from bh.chaos_ids import IdSweeps
 from bh.chaos_infra import (
     Infra,
     pause_redis,
@@ -58,8 +65,10 @@ from bh.chaos_infra import (
     store_outage,
     wipe_nats,
 )
+from bh.chaos_limits import LimitBursts
 from bh.chaos_plan import FAULTS, FaultPlan, UnknownFault, select
 from bh.chaos_report import ChaosReport, show
+from bh.chaos_restarts import pause_hands_mid_start, skew_clock
 from bh.chaos_services import (
     EMAIL_SEND,
     MODEL_CALL,
@@ -84,6 +93,12 @@ LEASE_SECONDS = 2.0
 REISSUE_SECONDS = 3.0
 #: how long an in-call fault waits for a Brain inside the call before hitting one anyway
 IN_CALL_WITHIN = 15.0
+#: ``late_service``: email sends are answered this late (the client gives up at 2 s)...
+LATE_SECONDS = 2.5
+#: ... for this long
+LATE_WINDOW = 5.0
+#: the share of eligible sessions (and of their operations) that must succeed
+MIN_SUCCEEDED = 0.8
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,9 @@ class ChaosConfig:
     hands_sandbox: str = "process"
     deadline: float = 240.0
     work: Path = Path("/tmp/bh-chaos")
+    #: a run fails when fewer of its eligible sessions (not designed to fail or
+    #: stormed), or of their operations, succeeded
+    min_succeeded: float = MIN_SUCCEEDED
 
 
 async def run_chaos(config: ChaosConfig) -> ChaosReport:
@@ -122,6 +140,8 @@ class _Run:
     infra: Infra
     forger: Forger
     storms: CancelStorms
+    bursts: LimitBursts
+    sweeps: IdSweeps
     #: set when the run ends: a fault still holding something lets go
     ending: threading.Event
     #: model rounds already killed inside (a round killed 3 times fails on purpose)
@@ -151,6 +171,9 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         "BH_HANDS_SANDBOX": config.hands_sandbox,
         "BH_HANDS_PROCESS_ROOT": str(work / "runs"),
         "BH_HANDS_ACK_WAIT": "5",
+        # a claim lasts the tool's timeout plus this: short, so that a paused Hands is
+        # taken over within the run (``pause_hands_mid_start``)
+        "BH_HANDS_START_ALLOWANCE": "2",
         "BH_HANDS_SECRET": secrets.token_hex(16),
         "BH_HANDS_OWNER": namespace,
         **services.brain_env(),
@@ -181,6 +204,8 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         Infra(env, namespace, store_path),
         Forger(env, namespace, work),
         CancelStorms(api, token, store),
+        LimitBursts(api, token, env["BH_REDIS_URL"], namespace),
+        IdSweeps(api, token, env, namespace, work),
         threading.Event(),
         set(),
     )
@@ -202,12 +227,12 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         if not every_kind.is_set():  # said in the report; the checks still run
             report.incomplete = f"the fault plan was not through after {config.deadline} s"
         sessions = [f"s{n}" for n in range(config.sessions)]
-        await _settle(store, sessions + run.storms.own, config)  # under faults still
+        await _settle(store, sessions + run.storms.own, config, run.bursts)  # under faults
         for error in await cancel_and_wait(faults):
             if not isinstance(error, asyncio.CancelledError):
                 raise error
         # a storm cut short by that cancel may have had a session accepted since
-        await _settle(store, sessions + run.storms.own, config)
+        await _settle(store, sessions + run.storms.own, config, run.bursts)
     finally:
         run.ending.set()
         fleet.stop_all()
@@ -224,7 +249,10 @@ async def _run(config: ChaosConfig, services: ChaosServices) -> ChaosReport:
         report,
         forger=run.forger,
         storms=run.storms,
+        bursts=run.bursts,
+        min_succeeded=config.min_succeeded,
     )
+    report.violations += run.sweeps.check()
     await store.close()
     return report
 
@@ -273,7 +301,9 @@ def _count_tool(ledger: Path) -> ToolDefinition:
             "additionalProperties": False,
         },
         replay=ReplayPolicy.UNSAFE,  # executing twice would be a violation
-        timeout_s=30,
+        # short: a claim (this plus the Hands' start allowance) is over soon after a
+        # Hands stopped holding it (``pause_hands_mid_start``); a run takes at most 1 s
+        timeout_s=8,
         command=command,
         query=command,
         config={"LEDGER": str(ledger)},
@@ -299,6 +329,12 @@ def _workload(rng: random.Random, number: int) -> dict[str, Any]:
     return {"request_id": f"r{number}", "input": {"task": task}}
 
 
+def _fails(body: dict[str, Any]) -> bool:
+    """Whether a workload body is a session designed to fail (the failing tool)."""
+    task = body["input"].get("task") if isinstance(body["input"], dict) else None
+    return bool(task and task["input"].get("fail"))
+
+
 async def _submit_all(
     api: str, token: str, config: ChaosConfig, rng: random.Random, report: ChaosReport
 ) -> None:
@@ -308,6 +344,7 @@ async def _submit_all(
         config.faults, random.Random(), min_each=config.min_each, brain_kills=config.brain_kills
     )
     spread = plan.expected_seconds(config.fault_every) / config.sessions
+    report.meant_to_fail |= {f"s{n}" for n, body in enumerate(bodies) if _fails(body)}
     async with httpx.AsyncClient(headers=headers, timeout=10) as client:
         for number, body in enumerate(bodies):
             url = f"{api}/v1/sessions/s{number}/submissions"
@@ -384,6 +421,22 @@ async def _restart(run: _Run, name: str) -> str:
     return name
 
 
+async def _late_service(run: _Run, rng: random.Random) -> str:
+    """Email sends reach the service after the caller gave up (its 2 s timeout): the
+    Brain's query must not find "nothing" and send again while the first may still land
+    (issue 31, defect 2)."""
+    hold = run.services.email.hold
+    before = hold.get(EMAIL_SEND, 0.0)
+    hold[EMAIL_SEND] = LATE_SECONDS
+    try:
+        await asyncio.sleep(LATE_WINDOW)
+    finally:
+        hold[EMAIL_SEND] = before
+    return (
+        f"email sends held {LATE_SECONDS:g} s before the service sees them, for {LATE_WINDOW:g} s"
+    )
+
+
 async def _flush_redis(run: _Run, rng: random.Random) -> str:
     client = redis_client(run.infra.env["BH_REDIS_URL"])
     try:
@@ -417,6 +470,15 @@ _FAULTS: dict[str, Fault] = {
     "forge_result": lambda run, rng: run.forger.result(_a_session(run, rng)),
     "forge_wake": lambda run, rng: run.forger.wake(rng),
     "cancel_storm": lambda run, rng: run.storms.storm(run.report.submitted, rng),
+    "pause_hands_mid_start": lambda run, rng: pause_hands_mid_start(
+        run.fleet, run.named("hands-"), rng
+    ),
+    "late_service": _late_service,
+    "limit_burst": lambda run, rng: run.bursts.burst(),
+    "skew_clock": lambda run, rng: skew_clock(
+        run.fleet, run.named("brain-"), run.named("hands-"), rng
+    ),
+    "malformed_ids": lambda run, rng: run.sweeps.sweep(),
     "restart_docker": lambda run, rng: restart_docker(run.infra),
 }
 assert set(_FAULTS) == set(FAULTS)
@@ -458,15 +520,18 @@ async def _hit(fleet: Fleet, name: str, *, freeze: bool) -> None:
         fleet.start(name)
 
 
-async def _settle(store: SessionStore, sessions: list[str], config: ChaosConfig) -> None:
+async def _settle(
+    store: SessionStore, sessions: list[str], config: ChaosConfig, bursts: LimitBursts
+) -> None:
     deadline = time.monotonic() + config.deadline
-    pending = set(sessions)
+    pending = {(s, f"r{s[1:]}") for s in sessions}
+    pending |= {(s, request) for s in bursts.own for request in bursts.requests(s)}
     while pending and time.monotonic() < deadline:
-        for session_id in sorted(pending):
+        for session_id, request_id in sorted(pending):
             handle = await store.session(session_id)
-            submission = await handle.submission(f"r{session_id[1:]}")
+            submission = await handle.submission(request_id)
             if submission is not None and submission.status.is_final:
-                pending.discard(session_id)
+                pending.discard((session_id, request_id))
         if pending:
             await asyncio.sleep(1)
 
@@ -490,6 +555,9 @@ def chaos(
         str, typer.Option(help="process, or docker (enables restart_docker)")
     ] = "process",
     deadline: Annotated[float, typer.Option(help="seconds to wait for the work")] = 600,
+    min_succeeded: Annotated[
+        float, typer.Option(help="the share of eligible sessions and operations to succeed")
+    ] = MIN_SUCCEEDED,
 ) -> None:
     """Run the system under seeded faults and check the invariants (needs `bh dev up`).
 
@@ -515,6 +583,7 @@ def chaos(
             brain_kills=brain_kills,
             hands_sandbox=hands_sandbox,
             deadline=deadline,
+            min_succeeded=min_succeeded,
         )
         report = asyncio.run(run_chaos(config))
         show(report)

@@ -5,7 +5,9 @@ POSTed again after it was accepted; a result applied twice, or executed and neve
 applied (unless a cancel storm cancelled its task and its result records the effect); a
 task failed for a reason the design does not call for; a stale-fence commit accepted;
 a forged message that ran anything or was not refused and counted; a cancelled
-operation whose effect happened.
+operation whose effect happened; a limit overrun by concurrent callers; and liveness:
+fewer than ``min_succeeded`` of the eligible sessions answered, or of their operations
+succeeded (a run where everything errors is no pass).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from bh.chaos_cancel import CancelStorms, request_of
 from bh.chaos_forge import Forger
+from bh.chaos_limits import LimitBursts
 from bh.chaos_report import ChaosReport
 from examples.emails.wire import Ledger
 from session_store import SessionStore
@@ -24,6 +27,8 @@ from session_store import SessionStore
 #: (a phase whose executor was killed ``max_crashes`` times fails its task: under
 #: dozens of Brain kills, a phase is sometimes in every one of them).
 _DESIGNED = ("asked to fail", "crashed its executor")
+#: a limit burst's sessions fail by design once their budget is reached
+_BUDGET = "budget_exceeded"
 
 
 async def check(
@@ -35,9 +40,14 @@ async def check(
     *,
     forger: Forger,
     storms: CancelStorms,
+    bursts: LimitBursts | None = None,
+    min_succeeded: float = 0.0,
 ) -> None:
     for session_id in [f"s{n}" for n in range(sessions)] + storms.own:
         await _check_session(store, session_id, request_of(session_id), report)
+    if bursts is not None:
+        report.violations += await bursts.check(store)
+        report.violations += await _burst_sessions(store, bursts)
     report.executions.update(counted)  # the count tool's executions, each operation's
     # the email service keeps each operation's message once; a second POST of an
     # operation it had already accepted is a send repeated without verifying first
@@ -69,6 +79,59 @@ async def check(
     report.forged = forger.summary()
     report.stormed = dict(storms.stormed)
     report.storm_sessions = len(storms.own)
+    await _liveness(store, sessions, report, storms, min_succeeded)
+
+
+async def _liveness(
+    store: SessionStore,
+    sessions: int,
+    report: ChaosReport,
+    storms: CancelStorms,
+    floor: float,
+) -> None:
+    """The share of the run's sessions that answered, and of their operations that
+    succeeded, among those neither designed to fail nor hit by a cancel storm."""
+    eligible = [
+        f"s{n}"
+        for n in range(sessions)
+        if f"s{n}" not in report.meant_to_fail and f"s{n}" not in storms.stormed
+    ]
+    report.eligible = len(eligible)
+    unanswered = set(report.failed) | set(report.stuck) | set(report.lost)
+    report.answered = sum(s not in unanswered for s in eligible)
+    for session_id in eligible:
+        for operation in await store.list_operations(session_id):
+            report.operations += 1
+            report.operations_succeeded += operation.status.value == "succeeded"
+    if report.eligible and report.answered < floor * report.eligible:
+        report.violations.append(
+            f"liveness: {report.answered} of {report.eligible} eligible sessions answered "
+            f"(under {floor:.0%})"
+        )
+    if report.operations and report.operations_succeeded < floor * report.operations:
+        report.violations.append(
+            f"liveness: {report.operations_succeeded} of {report.operations} operations of "
+            f"eligible sessions succeeded (under {floor:.0%})"
+        )
+
+
+async def _burst_sessions(store: SessionStore, bursts: LimitBursts) -> list[str]:
+    """A budget burst's messages end answered or failed on the budget; none stuck."""
+    found = []
+    for session_id in bursts.own:
+        handle = await store.session(session_id)
+        for request_id in bursts.requests(session_id):
+            submission = await handle.submission(request_id)
+            if submission is None:
+                found.append(f"lost submission {session_id}/{request_id}")
+            elif not submission.status.is_final:
+                found.append(f"stuck session {session_id}/{request_id}")
+            elif submission.error is not None and submission.error.code != _BUDGET:
+                found.append(
+                    f"failed for another reason: {session_id}/{request_id}: "
+                    f"{submission.error.message[:200]}"
+                )
+    return found
 
 
 async def _check_session(

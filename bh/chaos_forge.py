@@ -190,9 +190,9 @@ async def _publish(
 
 def _enqueue(url: str, namespace: str, job: str, marker: Path, client: str, as_json: bool) -> str:
     bare, credentials = redis_sync_url(url)
-    connection = _sync_client(bare, {} if client == "anonymous" else credentials)
+    connection = sync_client(bare, {} if client == "anonymous" else credentials)
     try:
-        route = _route(connection, namespace)
+        route = route_of(connection, namespace)
         if route is None:
             return "not sent: no Brain advertised a route within 20 s"
         name = f"{namespace}-wakes-{route}"
@@ -207,7 +207,7 @@ def _enqueue(url: str, namespace: str, job: str, marker: Path, client: str, as_j
         connection.close()
 
 
-def _route(connection: redis.Redis, namespace: str) -> str | None:
+def route_of(connection: redis.Redis, namespace: str) -> str | None:
     """A route the run's Brains consume (``coordination.routes``: they advertise it every
     few seconds, so it comes back soon after a FLUSHALL). A queue merely listed in
     ``rq:queues`` may have no consumer (a forged job there is never refused: the
@@ -224,7 +224,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _sync_client(url: str, credentials: dict[str, str]) -> redis.Redis:
+def sync_client(url: str, credentials: dict[str, str]) -> redis.Redis:
     return redis.Redis.from_url(
         url, username=credentials.get("username"), password=credentials.get("password")
     )

@@ -32,6 +32,11 @@ FAULTS = (
     "forge_result",
     "forge_wake",
     "cancel_storm",
+    "pause_hands_mid_start",
+    "late_service",
+    "limit_burst",
+    "skew_clock",
+    "malformed_ids",
     "restart_docker",
 )
 BRAIN_KILLS = ("kill_brain", "kill_brain_mid_model", "kill_brain_mid_tool")
@@ -43,6 +48,8 @@ WANTS_WORK = frozenset(
         "freeze_brain_mid_tool",
         "purge_streams",
         "wipe_nats",
+        "pause_hands_mid_start",
+        "late_service",
     }
 )
 #: kinds that only mean something with the Docker sandbox (the default is the process
@@ -64,6 +71,11 @@ LASTS = {
     "forge_dispatch": 1.0,
     "forge_result": 1.0,
     "forge_wake": 1.0,
+    "pause_hands_mid_start": 14.0,
+    "late_service": 6.0,
+    "limit_burst": 2.0,
+    "skew_clock": 10.0,
+    "malformed_ids": 3.0,
 }
 
 

@@ -34,6 +34,14 @@ class ChaosReport:
     violations: list[str] = field(default_factory=list)
     #: why the fault plan did not run to its end, if it did not
     incomplete: str = ""
+    #: sessions whose workload fails on purpose (the failing tool)
+    meant_to_fail: set[str] = field(default_factory=set)
+    #: liveness: sessions not designed to fail nor stormed, and how many answered; their
+    #: operations, and how many succeeded
+    eligible: int = 0
+    answered: int = 0
+    operations: int = 0
+    operations_succeeded: int = 0
 
     @property
     def ok(self) -> bool:
@@ -71,6 +79,13 @@ def show(report: ChaosReport) -> None:
         f"drives dropped by fencing {report.fenced_refusals}, "
         f"stale-fence commits accepted {len(report.stale_commits)}"
     )
+    if report.eligible:
+        console.print(
+            f"succeeded: {report.answered} of {report.eligible} eligible sessions "
+            f"({_share(report.answered, report.eligible)}), "
+            f"{report.operations_succeeded} of {report.operations} of their operations "
+            f"({_share(report.operations_succeeded, report.operations)})"
+        )
     if report.forged:
         console.print("forged messages: " + ", ".join(f"{k} {v}" for k, v in report.forged.items()))
     if report.violations:
@@ -78,3 +93,7 @@ def show(report: ChaosReport) -> None:
             console.print(f"[red]VIOLATION[/] {violation}")
     else:
         console.print("[green]no violation[/]")
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "-"

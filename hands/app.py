@@ -12,6 +12,7 @@ from hands.metrics import HandsMetrics
 from hands.sandbox import Sandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
+from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
 
@@ -41,6 +42,7 @@ async def open_hands(
             publish=publisher(bus),
             executor_id=settings.executor_id,
             crash=crash or CrashPoints.from_env(),
+            lifecycle=LifecycleSettings(start_allowance=settings.start_allowance),
             metrics=metrics,
         )
         consumer = ConsumerSettings(

@@ -22,6 +22,7 @@ from contracts.model import Frozen
 from hands.labels import ToolCaps, parse_size
 from hands.sandbox import NAMESPACE
 from hands.sandbox.pool import parse_sizes
+from lifecycle.decision import LifecycleSettings
 
 
 def new_executor_id() -> str:
@@ -46,6 +47,10 @@ class HandsSettings(Frozen):
     process_root: Path = Path(".hands/runs")
     concurrency: int = Field(default=4, ge=1, le=256)
     ack_wait: timedelta = timedelta(seconds=30)
+    #: how long a claim gives the run to start beyond the tool's timeout (pulling,
+    #: creating, starting the container; ``BH_HANDS_START_ALLOWANCE``, seconds): a run
+    #: not started by then has its claim renewed first (``hands.claim``)
+    start_allowance: timedelta = Field(default=LifecycleSettings().start_allowance, gt=timedelta(0))
     #: deliveries of one dispatch; -1 (the default): unlimited, with backoff — running
     #: out of deliveries must never decide an operation's outcome
     max_deliver: int = Field(default=-1, ge=-1)
@@ -139,6 +144,7 @@ class HandsSettings(Frozen):
                 values[field] = env[variable]
         timings = {
             "ack_wait": "BH_HANDS_ACK_WAIT",
+            "start_allowance": "BH_HANDS_START_ALLOWANCE",
             "reap_every": "BH_HANDS_REAP",
             "beat_every": "BH_HANDS_BEAT",
             "warm_idle": "BH_HANDS_WARM_IDLE",
