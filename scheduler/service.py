@@ -52,7 +52,7 @@ from bus import RESULTS_STREAM, Bus, dispatch_subject
 from bus.backlog import SCHEDULER_CONSUMER, dispatch_backlog, results_backlog
 from bus.jetstream import RESULTS_SUBJECTS
 from bus.pull import fetch_one
-from contracts import BrainhandsError, OperationStatus, utcnow
+from contracts import BrainhandsError, OperationStatus
 from contracts.fleet import SchedulerBeat
 from contracts.model import Frozen, refusal_of
 from contracts.tool import Dispatch, ResultEvent
@@ -197,7 +197,7 @@ class Scheduler:
             process=f"{socket.gethostname()} pid {os.getpid()}",
             dispatch=dispatch,
             results=results,
-            beat_at=utcnow(),
+            beat_at=self.store.clock.now(),
             every_seconds=every.total_seconds(),
         )
         await self.store.fleet.schedulers.beat(beat)

@@ -2,9 +2,9 @@
 
 One item per instance, overwritten at every beat and removed when it stops cleanly; one
 that died leaves its last beat, which readers show as silent, skip once it is older than
-``FORGET_AFTER`` by their own clock, and which the next instance of its kind to start
-removes (a display record: dropping one decides nothing). Listing reads one partition,
-bounded by ``limit``.
+``FORGET_AFTER`` on the store's clock (the beats are stamped on it), and which the next
+instance of its kind to start removes (a display record: dropping one decides nothing).
+Listing reads one partition, bounded by ``limit``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Final, Generic, TypeVar
 from pydantic import ValidationError
 
 from contracts.fleet import HandsBeat, SchedulerBeat
-from contracts.model import utcnow
 from session_store.backend import Backend
 from session_store.layout import HANDS_PARTITION, SCHEDULERS_PARTITION
 
@@ -50,7 +49,7 @@ class _Beats(Generic[B]):
         return [
             beat
             for beat in await self._read(limit)
-            if (now or utcnow()) - beat.beat_at <= FORGET_AFTER
+            if (now or self._backend.clock.now()) - beat.beat_at <= FORGET_AFTER
         ]
 
     async def forget(self, *, now: datetime | None = None) -> list[str]:
@@ -58,7 +57,7 @@ class _Beats(Generic[B]):
         gone = [
             str(getattr(beat, self._key))
             for beat in await self._read(10_000)
-            if (now or utcnow()) - beat.beat_at > FORGET_AFTER
+            if (now or self._backend.clock.now()) - beat.beat_at > FORGET_AFTER
         ]
         for name in gone:
             await self._backend.delete(self._partition, name)

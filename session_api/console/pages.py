@@ -32,7 +32,6 @@ from contracts import (
     Operation,
     OperationResult,
     SettleRequest,
-    utcnow,
 )
 from contracts.errors import Forbidden
 from contracts.fleet import HandsBeat, QueueBacklog, SchedulerBeat
@@ -409,7 +408,8 @@ def console_router(
             },
             hands_problem=hands_problem,
             streams=_streams(hands, schedulers),
-            utcnow=utcnow(),
+            # beats are stamped on the store's clock: aged on it, never this host's
+            utcnow=context.store.clock.now(),
         )
 
     # -- actions: the API's own, from a form ------------------------------------------

@@ -35,7 +35,10 @@ import docker  # type: ignore[import-untyped]
 import httpx
 import pytest
 
-from bh.chaos import _workload  # the chaos run's mix of sessions, reused as it is
+from bh.chaos import (
+    MIN_SUCCEEDED,
+    _workload,  # the chaos run's mix of sessions, reused as it is
+)
 from bh.chaos_cancel import CancelStorms, request_of
 from bh.chaos_check import check, fenced_in_logs
 from bh.chaos_forge import Forger
@@ -168,6 +171,7 @@ async def _run(
             report,
             forger=Forger(dict(os.environ), "bh", deployment.work),
             storms=CancelStorms(api, token, store),
+            min_succeeded=MIN_SUCCEEDED,  # a run where everything errors is no pass
         )
         report.violations += await _doctor(deployment, api, token)
     finally:
