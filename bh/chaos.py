@@ -329,7 +329,7 @@ def _workload(rng: random.Random, number: int) -> dict[str, Any]:
     return {"request_id": f"r{number}", "input": {"task": task}}
 
 
-def _fails(body: dict[str, Any]) -> bool:
+def fails_by_design(body: dict[str, Any]) -> bool:
     """Whether a workload body is a session designed to fail (the failing tool)."""
     task = body["input"].get("task") if isinstance(body["input"], dict) else None
     return bool(task and task["input"].get("fail"))
@@ -344,7 +344,7 @@ async def _submit_all(
         config.faults, random.Random(), min_each=config.min_each, brain_kills=config.brain_kills
     )
     spread = plan.expected_seconds(config.fault_every) / config.sessions
-    report.meant_to_fail |= {f"s{n}" for n, body in enumerate(bodies) if _fails(body)}
+    report.meant_to_fail |= {f"s{n}" for n, body in enumerate(bodies) if fails_by_design(body)}
     async with httpx.AsyncClient(headers=headers, timeout=10) as client:
         for number, body in enumerate(bodies):
             url = f"{api}/v1/sessions/s{number}/submissions"
