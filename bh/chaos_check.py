@@ -46,6 +46,8 @@ async def check(
     for session_id in [f"s{n}" for n in range(sessions)] + storms.own:
         await _check_session(store, session_id, request_of(session_id), report)
     if bursts is not None:
+        for session_id in bursts.own:  # what they applied counts like any session's
+            await _check_log(store, session_id, report)
         report.violations += await bursts.check(store)
         report.violations += await _burst_sessions(store, bursts)
     report.executions.update(counted)  # the count tool's executions, each operation's
