@@ -425,16 +425,13 @@ async def _late_service(run: _Run, rng: random.Random) -> str:
     """Email sends reach the service after the caller gave up (its 2 s timeout): the
     Brain's query must not find "nothing" and send again while the first may still land
     (issue 31, defect 2)."""
-    hold = run.services.email.hold
-    before = hold.get(EMAIL_SEND, 0.0)
-    hold[EMAIL_SEND] = LATE_SECONDS
+    late = run.services.email.late
+    late[EMAIL_SEND] = LATE_SECONDS
     try:
         await asyncio.sleep(LATE_WINDOW)
     finally:
-        hold[EMAIL_SEND] = before
-    return (
-        f"email sends held {LATE_SECONDS:g} s before the service sees them, for {LATE_WINDOW:g} s"
-    )
+        late.pop(EMAIL_SEND, None)
+    return f"email sends served {LATE_SECONDS:g} s late, the caller gone, for {LATE_WINDOW:g} s"
 
 
 async def _flush_redis(run: _Run, rng: random.Random) -> str:

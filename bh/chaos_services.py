@@ -37,11 +37,15 @@ EMAIL_SEND = "POST /messages"
 
 class InFlight:
     """ASGI middleware: the requests being served, by the client port that sent them;
-    ``hold`` delays the given ``METHOD /path`` requests before the app sees them."""
+    ``hold`` delays the given ``METHOD /path`` requests before the app sees them (a
+    caller that gives up meanwhile takes its request with it); ``late`` reads the given
+    requests whole, then delays them: the app serves them even when the caller has
+    given up (a service that answers after the caller's timeout)."""
 
     def __init__(self, app: Any, *, hold: dict[str, float] | None = None) -> None:
         self.app = app
         self.hold = hold or {}
+        self.late: dict[str, float] = {}
         self._calls: dict[int, tuple[str, int, str]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -55,6 +59,9 @@ class InFlight:
         request_id = headers.get(b"x-request-id", b"").decode(errors="replace")
         self._calls[key] = (what, int(client[1]), request_id)
         try:
+            if what in self.late:
+                receive = await _read_whole(receive)
+                await asyncio.sleep(self.late[what])
             await asyncio.sleep(self.hold.get(what, 0))
             await self.app(scope, receive, send)
         except ClientDisconnect:
@@ -67,6 +74,24 @@ class InFlight:
     def calls(self, what: str) -> list[tuple[int, str]]:
         """``what`` calls being served: client port, and the caller's ``X-Request-Id``."""
         return [(port, rid) for called, port, rid in self._calls.values() if called == what]
+
+
+async def _read_whole(receive: Any) -> Any:
+    """The request's body read now, and a ``receive`` that gives it again (then waits
+    as the server's would, until the client goes)."""
+    messages = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body"):
+            break
+
+    async def replay() -> Any:
+        if messages:
+            return messages.pop(0)
+        return await receive()
+
+    return replay
 
 
 def owner_of(client_port: int) -> int | None:
