@@ -151,6 +151,9 @@ def system_env(
     namespace, the sandbox, the store and the secrets ``bh up`` keeps."""
     env = {**base, "PYTHONUNBUFFERED": "1", "BH_NAMESPACE": namespace}
     env["BH_HANDS_SANDBOX"] = sandbox
+    # No supervisor restarts what `bh up` started: a process that stays unready (Redis
+    # down a while) waits for it to come back rather than exit (webapi.probes).
+    env.setdefault("BH_UNREADY_LIMIT_S", "0")
     env["BH_STORE_URL"] = store or env.get("BH_STORE_URL") or f"sqlite:///{place.root}/store.db"
     return env | _secrets(place)
 
