@@ -110,10 +110,13 @@ class ServerClock:
         known = self._epoch + (at - self._at)
         if epoch > known:
             self._epoch, self._at = epoch, at  # a tighter bound
-        elif epoch + self.resolution.total_seconds() < known - 1.0:
-            # The server's clock went back (an operator or NTP stepped it): follow it,
-            # or this clock would stay ahead of the server's from now on.
-            log.warning("the store's clock went back by %.1f s; following it", known - epoch)
+        elif known > epoch + self.resolution.total_seconds():
+            # Ahead of anything the server can have meant (its time is under ``epoch``
+            # plus the resolution): its clock went back (an operator or NTP stepped it),
+            # or this host's monotonic clock ran fast since the bound was taken. Follow
+            # the server, or this clock would judge deadlines early.
+            if known - epoch > 2 * self.resolution.total_seconds():
+                log.warning("the store's clock went back by %.1f s; following it", known - epoch)
             self._epoch, self._at = epoch, at
 
     def now(self) -> datetime:

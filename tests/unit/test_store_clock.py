@@ -101,3 +101,16 @@ async def test_every_process_of_a_sqlite_store_reads_one_time_whatever_its_own_c
 
 def test_a_machine_clock_without_an_anchor_reads_this_process_clock() -> None:
     assert abs(MachineClock().now() - datetime.now(UTC)) < timedelta(seconds=1)
+
+
+def test_a_server_clock_never_stays_ahead_of_what_the_server_can_have_meant() -> None:
+    """This host's monotonic clock ran 1.5 s fast over an hour: the next date told says
+    the server cannot be where this clock thinks (a date counts whole seconds: the
+    server is under it plus 1 s). The clock falls back to the date, never judging a
+    deadline early by more than the resolution."""
+    ticks = Ticks()
+    clock = ServerClock(monotonic=ticks)
+    clock.observe(epoch("2026-12-06T12:00:00+00:00"), ticks.at)
+    ticks.at += 3601.5  # the server's hour, as this fast clock counted it
+    clock.observe(epoch("2026-12-06T13:00:00+00:00"), ticks.at)
+    assert clock.now() == datetime(2026, 12, 6, 13, tzinfo=UTC)
