@@ -57,7 +57,7 @@ async def version(
 ) -> WorkspaceVersion:
     """A version holding one file, ``notes.txt``, with ``text``."""
     data = text.encode()
-    blob = await store.put_blob(data)
+    await store.put_blob(data)
     manifest = Manifest(
         entries=(
             ManifestEntry(
