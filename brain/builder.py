@@ -25,6 +25,7 @@ from contracts import (
     Task,
     Usage,
 )
+from contracts.workspace import WorkspaceVersion
 from session_store import SessionState
 from session_store.usage import session_usage
 
@@ -44,6 +45,7 @@ class CommitBuilder:
         #: tasks whose running phase a new message asks to abandon (policy interrupt)
         self.interrupts: set[str] = set()
         self._usage: list[ModelUsage] = []
+        self._workspace: WorkspaceVersion | None = None
 
     def task(self, task_id: str) -> Task:
         """The task as this commit will leave it (so far)."""
@@ -133,6 +135,8 @@ class CommitBuilder:
                 self._intents.setdefault(intent.operation_id, intent)
         for spec in effects.spawn:
             self.create(spec, parent_id=parent_id)
+        if effects.workspace is not None:
+            self._workspace = effects.workspace
         if effects.usage is not None:
             task = self.task(parent_id)
             self.update(parent_id, usage=task.usage.plus(effects.usage.usage))
@@ -170,4 +174,5 @@ class CommitBuilder:
             outbox_done=tuple(self._sent),
             applied_operations=tuple(self._applied),
             intents=tuple(self._intents.values()),
+            workspace=self._workspace,
         )

@@ -14,6 +14,7 @@ from brain.progress import Progress
 from brain.reservations import Reservations
 from brain.services import Services
 from contracts import Answer, Budget, Document, Entry, NotFound, Operation, Task, Usage
+from contracts.workspace import WorkspaceVersion
 from coordination.leases import LeaseProof
 from session_store import SessionHandle
 from session_store.usage import budget_of, usage_of
@@ -63,7 +64,11 @@ class PhaseContext:
             lease=lease,
             lineage=[origin.session_id for origin in lineage],
             inherited=lambda op: op in inherited or op in state.intents,
+            state=lambda: handle.state,
         )
+        #: workspace versions the calls of this phase run produced, by operation: the
+        #: outcome that applies one of them moves the session's head to it
+        self.versions: dict[str, WorkspaceVersion] = {}
 
     @property
     def session_id(self) -> str:
@@ -190,7 +195,10 @@ class PhaseContext:
     async def operation(self, tool: str, args: dict[str, Any], key: str) -> Performed:
         """Run this task's external action ``key`` once, recovering safely if an earlier
         attempt died or may still be running (``brain.operations``)."""
-        return await self._operations.perform(tool, args, key)
+        performed = await self._operations.perform(tool, args, key)
+        if performed.version is not None:
+            self.versions[performed.operation_id] = performed.version
+        return performed
 
     @property
     def cancelled_operation(self) -> Operation | None:

@@ -31,7 +31,7 @@ from brain.agent import AGENT
 from brain.builder import CommitBuilder
 from brain.context import CallInterrupted, PhaseContext
 from brain.ingest import ingest, root_task_id
-from brain.operations import Dispatched, OperationInFlight, OperationParked
+from brain.operations import Dispatched, OperationInFlight, OperationParked, WorkspaceBusy
 from brain.outcome import Effects, Fail, Next, PhaseOutcome, Retry, Wait
 from brain.progress import Progress
 from brain.registry import TaskKind
@@ -506,7 +506,7 @@ class Drive:
         running = asyncio.ensure_future(handler(context))
         self.handlers[task.id], self.contexts[task.id] = running, context
         try:
-            return await running
+            return _with_head(await running, context)
         except LeaseLost:
             raise  # this process can no longer prove its lease: decide nothing
         except CallInterrupted as interrupted:
@@ -534,6 +534,8 @@ class Drive:
         except Dispatched as sent:
             await flush_spans()  # the dispatch names this Brain's span: send it first
             return self._waiting_for(sent)
+        except WorkspaceBusy as busy:  # one writer at a time: wait for the other's result
+            return Wait(operations=(busy.operation_id,), next_phase=task.phase, reason=busy.message)
         except OperationInFlight as busy:
             return Retry(reason=busy.message, delay=busy.until - self.services.clock())
         except BrainhandsError as error:
@@ -740,3 +742,16 @@ def _commit_span(label: str, fence: int | None) -> Iterator[trace.Span]:
     attributes: dict[str, str | int] = {"brainhands.label": label, "brainhands.fence": fence or 0}
     with TRACER.start_as_current_span(f"commit {label}", attributes=attributes) as span:
         yield span
+
+
+def _with_head(outcome: PhaseOutcome, context: PhaseContext) -> PhaseOutcome:
+    """The outcome, moving the session's workspace head to the version a result it
+    applies produced (the store checks that the version was made from the head)."""
+    effects = getattr(outcome, "effects", None)
+    if not isinstance(effects, Effects) or not context.versions:
+        return outcome
+    produced = [context.versions[op] for op in effects.applied_operations if op in context.versions]
+    if not produced:
+        return outcome
+    moved = effects.model_copy(update={"workspace": produced[-1]})
+    return outcome.model_copy(update={"effects": moved})

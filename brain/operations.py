@@ -60,11 +60,13 @@ from contracts import (
 )
 from contracts.model import Frozen
 from contracts.tool import Dispatch
+from contracts.workspace import Artifact, WorkspaceMode, WorkspaceMount, WorkspaceVersion
 from coordination.leases import LeaseProof
 from lifecycle.cancellation import never_ran, write_cancelled
 from lifecycle.decision import Decision, Evidence, Policy, Step, decide
 from runtime.incarnation import ProcessState, process_state
 from runtime.tracing import TRACER, carrier
+from session_store.state import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,24 @@ class Performed(Frozen):
     path: RecoveryPath
     output: JsonValue = None
     blob: BlobRef | None = None
+    #: the workspace version a ``rw`` call produced (it becomes the head when the phase's
+    #: outcome applies the result: ``brain.drive``)
+    version: WorkspaceVersion | None = None
+    #: named outputs the call published
+    artifacts: tuple[Artifact, ...] = ()
+
+
+class WorkspaceBusy(BrainhandsError):
+    """Another ``rw`` call of the session is pending (``operation_id``): one writer at a
+    time, so this call waits — durably, on that operation — and is made from the head
+    that one's applied result leaves (``docs/workspaces.md``)."""
+
+    code = "workspace_busy"
+    retryable = True
+
+    def __init__(self, message: str, *, operation_id: str) -> None:
+        super().__init__(message, operation_id=operation_id)
+        self.operation_id = operation_id
 
 
 class OperationParked(BrainhandsError):
@@ -146,8 +166,11 @@ class Operations:
         lease: LeaseProof | None = None,
         lineage: Sequence[str] = (),
         inherited: Callable[[str], bool] = lambda operation_id: False,
+        state: Callable[[], SessionState] | None = None,
     ) -> None:
         self._services = services
+        #: the session as last loaded (its workspace head, its pending intents)
+        self._state = state
         self._session_id = session_id
         self._task = task
         #: the sessions this one was forked from (nearest first), and whether an
@@ -326,6 +349,7 @@ class Operations:
         ):
             trace_context = carrier()
         owner = self._owner(op_id)
+        mount = self._mount(op_id, spec)
         raise Dispatched(
             Dispatch(
                 operation_id=op_id,
@@ -337,9 +361,35 @@ class Operations:
                 replay=spec.replay,
                 committed_at=self._services.clock(),
                 via=None if owner == self._session_id else self._session_id,
+                workspace=mount,
                 trace=trace_context,
             ),
             released=tuple(self.released),
+        )
+
+    def _mount(self, op_id: str, spec: ToolSpec) -> WorkspaceMount | None:
+        """How the call mounts the workspace, from which version: the mount its intent
+        froze when it was committed (a dispatch made again is the same call), else the
+        head now. A ``rw`` call waits while another one is pending (``WorkspaceBusy``)."""
+        if not spec.workspace.mounts:
+            return None
+        state = self._state() if self._state is not None else None
+        committed = state.intents.get(op_id) if state is not None else None
+        if committed is not None and committed.dispatch.workspace is not None:
+            return committed.dispatch.workspace
+        if spec.workspace.mode is WorkspaceMode.WRITE and state is not None:
+            writer = _pending_writer(state, op_id)
+            if writer is not None:
+                raise WorkspaceBusy(
+                    f"{spec.name} writes the workspace, which {writer} is writing now: "
+                    "it waits for that call's result to be applied",
+                    operation_id=writer,
+                )
+        return WorkspaceMount(
+            mode=spec.workspace.mode,
+            path=spec.workspace.path,
+            base=state.workspace if state is not None else None,
+            limits=self._services.workspace_limits,
         )
 
     def _check_same(self, record: Operation, tool: str, args: JsonValue) -> None:
@@ -512,7 +562,12 @@ class Operations:
         if result.blob is not None:
             output = json.loads(await self._services.store.get_blob(result.blob))
         return Performed(
-            operation_id=result.operation_id, path="reused", output=output, blob=result.blob
+            operation_id=result.operation_id,
+            path="reused",
+            output=output,
+            blob=result.blob,
+            version=result.version,
+            artifacts=result.artifacts,
         )
 
     async def _park(self, record: Operation, reason: str) -> str:
@@ -540,6 +595,15 @@ class Operations:
             )
         except BrainhandsError:
             log.warning("could not record operation %s as uncertain", record.operation_id)
+
+
+def _pending_writer(state: SessionState, op_id: str) -> str | None:
+    """Another ``rw`` call of the session whose result is not applied yet, if any."""
+    for other, intent in state.intents.items():
+        mount = intent.dispatch.workspace
+        if other != op_id and mount is not None and mount.mode is WorkspaceMode.WRITE:
+            return other
+    return None
 
 
 def _frozen(args: dict[str, Any]) -> JsonValue:

@@ -23,6 +23,7 @@ from contracts import (
     Question,
 )
 from contracts.model import AwareDatetime, Frozen, Identifier
+from contracts.workspace import WorkspaceVersion
 
 
 class TaskSpec(Frozen):
@@ -54,6 +55,9 @@ class Effects(Frozen):
     memo: dict[str, JsonValue] = Field(default_factory=dict)
     #: a model call's usage: summed on the task and the session's usage document
     usage: ModelUsage | None = None
+    #: the workspace version an applied result produced: the session's new head (the
+    #: drive sets it from the results the outcome applies)
+    workspace: WorkspaceVersion | None = None
 
 
 class Next(Frozen):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from brain.metrics import BrainMetrics
 from brain.progress import ProgressSettings
 from brain.tools import ToolDispatcher
+from contracts.workspace import WorkspaceLimits
 from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
 from runtime.incarnation import this_process
@@ -51,3 +52,6 @@ class Services:
     progress: ProgressSettings = field(default_factory=ProgressSettings)
     #: what this process counts for Prometheus (``brain.metrics``)
     metrics: BrainMetrics = field(default_factory=BrainMetrics)
+    #: the most a session's workspace may hold (an operator setting): every mount of a
+    #: call carries it, the Hands refuse a write past it (``contracts.workspace``)
+    workspace_limits: WorkspaceLimits = field(default_factory=WorkspaceLimits)

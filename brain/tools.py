@@ -25,6 +25,7 @@ from contracts.arguments import argument_problem
 from contracts.model import Frozen
 from contracts.question import ApprovalRule
 from contracts.tool import ToolDefinition
+from contracts.workspace import WorkspaceAccess
 
 
 class ToolSpec(Frozen):
@@ -40,6 +41,9 @@ class ToolSpec(Frozen):
     sandboxed: bool = False
     #: calls need a person's approval before they run (``contracts.question``)
     approval: ApprovalRule | None = None
+    #: how its calls mount the session's workspace (sandboxed tools only: an in-process
+    #: tool has no sandbox to mount it in)
+    workspace: WorkspaceAccess = WorkspaceAccess()
 
 
 class QueryUnanswered(BrainhandsError):
@@ -98,6 +102,11 @@ class LocalDispatcher:
             raise InvalidInput(f"tool {spec.name!r} needs either code to run or a task kind")
         if spec.queryable and query is None:
             raise InvalidInput(f"tool {spec.name!r} is declared queryable but has no query")
+        if spec.workspace.mounts:
+            raise InvalidInput(
+                f"tool {spec.name!r} runs in this process: only a tool run on the Hands "
+                "mounts the workspace (register an image that declares it)"
+            )
         self._tools[spec.name] = LocalTool(
             spec.model_copy(update={"queryable": query is not None}), run, query
         )
@@ -115,6 +124,7 @@ class LocalDispatcher:
             timeout=timedelta(seconds=definition.timeout_s),
             sandboxed=True,
             approval=definition.approval,
+            workspace=definition.workspace,
         )
         self._tools[spec.name] = LocalTool(spec)
 

@@ -35,6 +35,7 @@ from bus import Bus, BusSettings
 from contracts import InvalidInput
 from contracts.model import Frozen
 from contracts.question import ApprovalRule
+from contracts.workspace import WorkspaceLimits
 from coordination.ratelimit import ModelLimits
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
@@ -55,6 +56,8 @@ class BrainSettings(Frozen):
     sandboxed: tuple[str, ...] = ()
     #: tool calls that need a person's approval (besides tools that declare it)
     approvals: tuple[ApprovalRule, ...] = ()
+    #: the most a session's workspace may hold (``BH_WORKSPACE_MAX_BYTES``, ``…_FILES``)
+    workspace_limits: WorkspaceLimits = WorkspaceLimits()
 
 
 class WorkerSettings(BrainSettings):
@@ -125,6 +128,7 @@ async def build(
         limits=limits,
         progress=_progress(settings.model),
         metrics=metrics,
+        workspace_limits=settings.workspace_limits,
     )
     runner = SessionRunner(store, registry, services, root_kind=settings.root_kind)
     return Built(store, runner, bus)

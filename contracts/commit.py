@@ -13,6 +13,7 @@ from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
 from contracts.outbox import OutboxMessage
 from contracts.submission import Submission
 from contracts.task import Task
+from contracts.workspace import WorkspaceVersion
 
 COMMIT_RECORD_VERSION: Final = 1
 
@@ -68,6 +69,8 @@ class Commit(Frozen):
     intents: tuple[Intent, ...] = ()
     #: only on commit 1: the session starts as a fork of another (``Fork``)
     fork: Fork | None = None
+    #: the session's workspace head becomes this version (``contracts.workspace``)
+    workspace: WorkspaceVersion | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -81,6 +84,7 @@ class Commit(Frozen):
             or self.applied_operations
             or self.intents
             or self.fork
+            or self.workspace
         )
 
 

@@ -18,6 +18,7 @@ from pydantic import Field, JsonValue
 from contracts.blob import BlobRef
 from contracts.errors import ErrorInfo
 from contracts.model import AwareDatetime, Frozen, Identifier, utcnow
+from contracts.workspace import Artifact, WorkspaceVersion
 
 OPERATION_RECORD_VERSION: Final = 1
 #: Outputs larger than this are stored as a blob referenced by the result record.
@@ -157,6 +158,10 @@ class OperationResult(Frozen):
     container: str | None = None
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime = Field(default_factory=utcnow)
+    #: the workspace version a ``rw`` run produced (``contracts.workspace``)
+    version: WorkspaceVersion | None = None
+    #: named outputs the run published
+    artifacts: tuple[Artifact, ...] = ()
 
 
 class SettleRequest(Frozen):

@@ -34,6 +34,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 from contracts.model import AwareDatetime, Frozen, OperationId, SessionId, TaskId, utcnow
 from contracts.operation import ReplayPolicy
 from contracts.question import ApprovalRule
+from contracts.workspace import WorkspaceAccess, WorkspaceMount
 
 TOOL_RECORD_VERSION: Final = 1
 #: Largest frozen arguments of a sandboxed call: they travel in the container's env.
@@ -127,6 +128,8 @@ class ToolDefinition(Frozen):
     query: tuple[str, ...] | None = None
     #: its calls need a person's approval first (label ``io.brainhands.tool.approval``)
     approval: ApprovalRule | None = None
+    #: how it mounts its session's workspace (label ``io.brainhands.tool.workspace``)
+    workspace: WorkspaceAccess = WorkspaceAccess()
     #: non-secret settings given at registration, passed to the container as environment
     config: dict[ConfigName, str] = Field(default_factory=dict)
     image: str
@@ -224,6 +227,9 @@ class Dispatch(Frozen):
     args: Any = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
     committed_at: AwareDatetime = Field(default_factory=utcnow)
+    #: how the call mounts its session's workspace, and from which version (None: no
+    #: mount); frozen in the intent (``contracts.workspace``)
+    workspace: WorkspaceMount | None = None
     #: the session whose log committed this dispatch, when it is not the operation's own:
     #: a fork making a call it inherited from the session it was forked from. The Hands
     #: look for the intent there, and announce the result to it too

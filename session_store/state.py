@@ -41,6 +41,7 @@ from contracts import (
     VersionMismatch,
     args_digest,
 )
+from contracts.workspace import WorkspaceVersion
 
 
 class SessionState(BaseModel):
@@ -80,6 +81,8 @@ class SessionState(BaseModel):
     intents: dict[str, Intent] = Field(default_factory=dict)
     #: a forked session's history before its first commit (``contracts.Origin``)
     origin: Origin | None = None
+    #: the workspace's head: the version the last applied write produced (None: empty)
+    workspace: WorkspaceVersion | None = None
 
     # Counts of non-final tasks and submissions, kept by ``apply`` so that activity
     # checks cost O(commit), not O(session).
@@ -189,6 +192,8 @@ def apply(state: SessionState, record: CommitRecord) -> None:
         state.tasks[task.id] = task
     for submission in commit.submissions:
         state.submissions[submission.request_id] = submission
+    if commit.workspace is not None:
+        fields["workspace"] = commit.workspace
     for message_id in commit.outbox_done:
         state.outbox.pop(message_id, None)
     for message in commit.outbox:
