@@ -31,7 +31,9 @@ session's operation); reloading does not change the answer.
     │   ├── AlreadyAnswered              already_answered     (a question: the first wins)
     │   ├── QuestionClosed               question_closed      (its task moved on or ended)
     │   ├── QuestionExpired              question_expired     (its deadline passed first)
-    │   └── Busy                         busy                 (reject: an agent is running)
+    │   ├── Busy                         busy                 (reject: an agent is running)
+    │   ├── WorkspaceRefused             workspace_refused    (a tree a workspace may not hold)
+    │   └── WorkspaceTooLarge            workspace_too_large  (past the workspace's limits)
     ├── Unauthorized                     unauthorized         an API refused the token
     ├── Forbidden                        forbidden            the token's scope excludes it
     ├── FencedError                      fenced               terminal for that lease
@@ -181,6 +183,20 @@ class VersionMismatch(Refused):
     """A document write's ``expected_version`` is not the version the session holds."""
 
     code = "version_mismatch"
+
+
+class WorkspaceRefused(Refused):
+    """A tree a workspace may not hold (a device file, a socket, a FIFO, a setuid or
+    setgid bit, a path outside its root): the operation fails, the head stays."""
+
+    code = "workspace_refused"
+
+
+class WorkspaceTooLarge(Refused):
+    """A tree past its workspace's limits (bytes or entries): the operation fails, the
+    head stays."""
+
+    code = "workspace_too_large"
 
 
 class OperationMismatch(Refused):

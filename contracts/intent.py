@@ -2,9 +2,9 @@
 
 A Brain commits an operation's intent in the same commit as the dispatch message and the
 wait on it. The Hands run an operation only when the session's log holds its intent with
-the same tool, version, argument digest and replay policy: the store decides, the bus
-only delivers. An intent leaves the session's state when its result is applied or its
-task ends (``session_store.state.apply``).
+the same tool, version, argument digest, replay policy and workspace mount (mode, path,
+base version, limits): the store decides, the bus only delivers. An intent leaves the
+session's state when its result is applied or its task ends (``session_store.state.apply``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class Intent(Frozen):
                 ("version", mine.tool_version == dispatch.tool_version),
                 ("arguments", self.digest == args_digest(dispatch.args)),
                 ("replay policy", mine.replay == dispatch.replay),
+                ("workspace mount", mine.workspace == dispatch.workspace),
             )
             if not same
         ]

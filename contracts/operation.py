@@ -138,7 +138,9 @@ class OperationResult(Frozen):
     Sandboxed runs also say how the run ended (``termination``, a ``Termination`` value),
     its ``exit_code``, a capped tail of its logs and whether output was cut
     (``truncated``), which executor and container produced it, and how (``path``:
-    ``executed``, ``replayed`` or ``verified``).
+    ``executed``, ``replayed`` or ``verified``). A run that mounted its session's
+    workspace read-write and ran to its end records the ``version`` its tree became
+    (whatever its exit code); a run of either mode, the ``artifacts`` it published.
     """
 
     v: Literal[1] = OPERATION_RECORD_VERSION
@@ -158,9 +160,10 @@ class OperationResult(Frozen):
     container: str | None = None
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime = Field(default_factory=utcnow)
-    #: the workspace version a ``rw`` run produced (``contracts.workspace``)
+    #: the workspace version the run produced from its mount's base (``rw`` runs that
+    #: exited); None: it changed no workspace
     version: WorkspaceVersion | None = None
-    #: named outputs the run published
+    #: the named outputs it published (files it wrote under ``$BH_ARTIFACTS``)
     artifacts: tuple[Artifact, ...] = ()
 
 

@@ -13,7 +13,9 @@ operator may change the network grant. Everything else a version declares is fix
 How a container meets its executor (the I/O contract, see ``docs/tools.md``):
 
 * environment: ``BH_OPERATION_ID`` (the idempotency key), ``BH_ARGUMENTS`` (the frozen
-  arguments, JSON), ``BH_MODE`` (``run`` or ``query``); with network allowed also
+  arguments, JSON), ``BH_MODE`` (``run`` or ``query``); with a workspace mounted,
+  ``BH_WORKSPACE`` (where it is) and ``BH_ARTIFACTS`` (an empty directory whose files
+  become the result's artifacts, ``docs/workspaces.md``); with network allowed also
   ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case twins) naming the egress proxy; the
   definition's ``config`` (non-secret settings chosen at registration). No secrets:
   credentials for an allowed destination are added by the egress proxy.
@@ -128,7 +130,8 @@ class ToolDefinition(Frozen):
     query: tuple[str, ...] | None = None
     #: its calls need a person's approval first (label ``io.brainhands.tool.approval``)
     approval: ApprovalRule | None = None
-    #: how it mounts its session's workspace (label ``io.brainhands.tool.workspace``)
+    #: how it mounts its session's workspace (label ``io.brainhands.tool.workspace``:
+    #: ``rw``, ``ro``, optionally with a path, e.g. ``rw:/work``; default: not at all)
     workspace: WorkspaceAccess = WorkspaceAccess()
     #: non-secret settings given at registration, passed to the container as environment
     config: dict[ConfigName, str] = Field(default_factory=dict)
@@ -227,9 +230,6 @@ class Dispatch(Frozen):
     args: Any = None
     replay: ReplayPolicy = ReplayPolicy.UNSAFE
     committed_at: AwareDatetime = Field(default_factory=utcnow)
-    #: how the call mounts its session's workspace, and from which version (None: no
-    #: mount); frozen in the intent (``contracts.workspace``)
-    workspace: WorkspaceMount | None = None
     #: the session whose log committed this dispatch, when it is not the operation's own:
     #: a fork making a call it inherited from the session it was forked from. The Hands
     #: look for the intent there, and announce the result to it too
@@ -237,6 +237,10 @@ class Dispatch(Frozen):
     #: the trace context of the Brain's ``execute_tool`` span (W3C ``traceparent``): the
     #: Hands' spans join the Brain's trace (``runtime.tracing``); never read otherwise
     trace: dict[str, str] = Field(default_factory=dict, max_length=4)
+    #: the session's workspace as this call mounts it, frozen in its intent: mode, path,
+    #: the version it starts from and the limits (None: the call mounts no workspace).
+    #: A replay starts from the same base, so it sees the same files
+    workspace: WorkspaceMount | None = None
 
 
 class Cancellation(Frozen):
