@@ -4,15 +4,21 @@ store (``tests.support.workspaces``), read with raw HTTP, the client and ``bh``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import json
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.integration.test_session_api import Api, open_api
+from bh.cli import app as bh_app
+from contracts import InvalidInput, NotFound
+from tests.integration.test_session_api import TOKEN, Api, open_api
 from tests.support.workspaces import Dir, File, Link, apply_version, record_result
 
 pytestmark = pytest.mark.sqlite
@@ -116,6 +122,13 @@ async def test_the_tarball_is_the_tree_with_links_as_links_and_modes(api: Api) -
         assert members["escape"].issym() and members["escape"].linkname == "../../../etc/passwd"
         calc = archive.extractfile("pkg/calc.py")
         assert calc is not None and calc.read() == TREE["pkg/calc.py"]
+    async with api.client() as client:
+        into = io.BytesIO()
+        got = await client.workspace_tar("w1", into=into)
+        assert got.seq == 2 and got.size == len(into.getvalue())
+        with tarfile.open(fileobj=io.BytesIO(into.getvalue()), mode="r:") as archive:
+            notes = archive.extractfile("NOTES.txt")
+            assert notes is not None and notes.read() == b"fixed\n"
     assert (await api.http.get("/v1/sessions/plain/workspace.tar")).status_code == 404
 
 
@@ -176,3 +189,71 @@ async def test_the_openapi_document_lists_the_workspace_routes(api: Api) -> None
         assert "404" in paths[path]["get"]["responses"], path
     tar = paths["/v1/sessions/{session_id}/workspace.tar"]["get"]["responses"]["200"]
     assert "application/x-tar" in tar["content"]
+
+
+async def test_the_client_checks_a_path_before_it_is_sent(api: Api) -> None:
+    async with api.client() as client:
+        with pytest.raises(InvalidInput, match="leaves the workspace's root"):
+            await client.workspace_path("w1", "pkg/../../x", into=io.BytesIO())
+        with pytest.raises(NotFound, match="'plain-never' has no commits"):
+            await client.workspace("plain-never")  # the API's own words
+        into = io.BytesIO()
+        got = await client.workspace_path("w1", "pkg/./calc.py", into=into, at=1)
+        assert got.path == "pkg/calc.py" and got.mode == 0o644 and got.seq == 1
+        assert into.getvalue() == TREE["pkg/calc.py"] and got.digest is not None
+
+
+async def test_bh_reads_the_workspace_and_its_artifacts(api: Api, tmp_path: Path) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN, "COLUMNS": "200"}
+    runner = CliRunner()
+
+    async def bh(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, bh_app, list(args), env=env)
+
+    listed = await bh("workspace", "ls", "w1", "--at", "1")
+    assert listed.exit_code == 0, listed.output
+    assert "as of commit 1" in listed.output and "6 files" in listed.output
+    assert "latest -> pkg/calc.py" in listed.output and "0755" in listed.output
+
+    shown = await bh("workspace", "get", "w1", "pkg/calc.py")
+    assert shown.exit_code == 0 and shown.stdout_bytes == FIXED["pkg/calc.py"]
+    target = tmp_path / "calc.py"
+    saved = await bh("workspace", "get", "w1", "pkg/calc.py", "--at", "1", "-o", str(target))
+    assert saved.exit_code == 0 and target.read_bytes() == TREE["pkg/calc.py"]
+    assert "as of commit 1" in saved.stderr
+    link = await bh("workspace", "get", "w1", "escape")
+    assert "escape -> ../../../etc/passwd (a link; not followed)" in link.output
+    folder = await bh("workspace", "get", "w1", "pkg")
+    assert "pkg/calc.py" in folder.output
+
+    tarball = tmp_path / "w1.tar"
+    got = await bh("workspace", "get", "w1", "--tar", "-o", str(tarball))
+    assert got.exit_code == 0, got.output
+    with tarfile.open(tarball) as archive:
+        assert sorted(archive.getnames()) == sorted(FIXED)
+
+    lost = tmp_path / "lost.txt"
+    refused = await bh("workspace", "get", "w1", "nope.txt", "-o", str(lost))
+    assert refused.exit_code == 2 and "not_found: 'nope.txt' is not in" in refused.stderr
+    left = await asyncio.to_thread(lambda: list(tmp_path.glob("*lost*")))
+    assert left == []  # nothing partial left behind
+    outside = await bh("workspace", "get", "w1", "../x")
+    assert outside.exit_code == 2 and "invalid_input" in outside.stderr
+
+    diffed = await bh("workspace", "diff", "w1", "--from", "1")
+    assert diffed.exit_code == 0, diffed.output
+    assert "A NOTES.txt" in diffed.output and "M pkg/calc.py" in diffed.output
+    assert "+    return a + b" in diffed.output
+    as_json = json.loads((await bh("workspace", "diff", "w1", "--from", "1", "--json")).output)
+    assert as_json["from_seq"] == 1 and len(as_json["changes"]) == 2
+    versions = await bh("workspace", "versions", "w1")
+    assert "op-write-1" in versions.output and "op-write-2" in versions.output
+
+    artifacts = await bh("artifacts", "ls", "w1")
+    assert "report.txt" in artifacts.output and "patch.diff" in artifacts.output
+    report = await bh("artifacts", "get", "w1", "op-write-2", "report.txt")
+    assert report.exit_code == 0 and report.stdout_bytes == b"2 passed\n"
+    none = await bh("artifacts", "get", "w1", "op-write-1", "report.txt")
+    assert none.exit_code == 2 and "no artifact 'report.txt'" in none.stderr
+    bad = await bh("artifacts", "get", "w1", "op/x", "report.txt")
+    assert bad.exit_code == 2 and "operation id" in bad.output
