@@ -77,8 +77,8 @@ class SessionStore:
         self.directory = SessionDirectory(backend)
         #: each Hands' last beat, for operators (``session_store.fleet``)
         self.fleet = Fleet(backend)
-        #: STAND-IN (part A's): workspace manifests and file contents
-        self.workspaces = WorkspaceStore(self.blobs)
+        #: workspace files and versions (``session_store.workspaces``)
+        self.workspaces = WorkspaceStore(backend, self.blobs)
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
