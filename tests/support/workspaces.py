@@ -1,7 +1,7 @@
 """Workspace versions built directly in a store, for tests that read workspaces without
-running a Hands: the files' blobs, the manifest's blob, an operation whose result
-names the version (and publishes artifacts), and the fenced commit that applies it and
-makes the version the session's head.
+running a Hands: the files and the version put through ``store.workspaces`` (as a Hands
+records them), an operation whose result names the version (and publishes artifacts),
+and the fenced commit that applies it and makes the version the session's head.
 
 A tree is ``{path: bytes | File | Link | Dir}``; bytes are a file of mode 0644.
 """
@@ -49,15 +49,7 @@ async def put_version(
     entries = []
     for path, node in sorted(tree.items()):
         entries.append(await _entry(store, path, node))
-    manifest = Manifest(entries=tuple(entries))
-    blob = await store.put_blob(manifest.canonical(), "application/json")
-    return WorkspaceVersion(
-        id=manifest.version_id(),
-        manifest=blob,
-        base=None if base is None else base.id,
-        files=manifest.files,
-        size=manifest.size,
-    )
+    return await store.workspaces.put_version(Manifest(entries=tuple(entries)), base=base)
 
 
 async def apply_version(
@@ -129,7 +121,7 @@ async def _entry(store: SessionStore, path: str, node: bytes | File | Link | Dir
         return ManifestEntry(path=path, kind=EntryKind.LINK, mode=0, target=node.target)
     if isinstance(node, Dir):
         return ManifestEntry(path=path, kind=EntryKind.DIR, mode=node.mode)
-    blob = await store.put_blob(node.data)
+    blob = await store.workspaces.put_file(node.data)
     assert blob.digest == hashlib.sha256(node.data).hexdigest()
     return ManifestEntry(
         path=path, kind=EntryKind.FILE, mode=node.mode, digest=blob.digest, size=len(node.data)
