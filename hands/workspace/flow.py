@@ -129,6 +129,12 @@ class WorkspaceFlow:
         root = Path(tempfile.gettempdir()) / f"bh-workspaces-{os.getuid()}" / executor_id
         return cls(versions_of(store), root=root, owner=sandbox_owner())
 
+    @classmethod
+    def of(cls, store: SessionStore, root: Path, *, cache_bytes: int) -> WorkspaceFlow:
+        """A Hands service's: trees and runs under ``root``, its cache in ``root/cache``."""
+        cache = BlobCache(root / "cache", max_bytes=cache_bytes)
+        return cls(versions_of(store), root=root.absolute(), cache=cache, owner=sandbox_owner())
+
     def knows(self, operation_id: str) -> bool:
         """Whether the operation's mount was told (``intend``)."""
         return operation_id in self._mounts or operation_id in self._told

@@ -366,3 +366,15 @@ def test_materialising_applies_only_the_difference(tmp_path: Path) -> None:
     assert (root / "f9").stat().st_ino == untouched
     assert stat.S_IMODE((root / "g").stat().st_mode) == 0o644
     assert json.dumps(sorted(os.listdir(root))) == json.dumps(sorted(e.path for e in new.entries))
+
+
+def test_the_hands_keep_trees_and_cache_where_the_setting_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hands.settings import HandsSettings
+
+    monkeypatch.setenv("BH_HANDS_WORKSPACE_CACHE", str(tmp_path / "ws"))
+    monkeypatch.setenv("BH_HANDS_WORKSPACE_CACHE_SIZE", "64m")
+    settings = HandsSettings.from_env(store_url="sqlite:///x.db")
+    assert settings.workspace_root == tmp_path / "ws"
+    assert settings.workspace_cache_bytes == 64 * 2**20
