@@ -378,3 +378,16 @@ def test_the_hands_keep_trees_and_cache_where_the_setting_says(
     settings = HandsSettings.from_env(store_url="sqlite:///x.db")
     assert settings.workspace_root == tmp_path / "ws"
     assert settings.workspace_cache_bytes == 64 * 2**20
+
+
+def test_a_tool_that_mounts_a_workspace_gets_no_warm_containers() -> None:
+    """Mounts are fixed when a container is created, before its run's tree exists."""
+    from hands.sandbox.pool import WarmPool
+
+    pool = WarmPool({"*": 2}, limit=4, memory_bytes=2**30, idle_s=60)
+    plain = _coder("plain", WorkspaceMode.WRITE, 5).model_copy(
+        update={"workspace": WorkspaceAccess()}
+    )
+    assert pool.size_for(plain) == 2
+    assert pool.size_for(_coder("coder-rw", WorkspaceMode.WRITE, 5)) == 0
+    assert pool.size_for(_coder("coder-ro", WorkspaceMode.READ, 5)) == 0
