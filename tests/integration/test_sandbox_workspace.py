@@ -132,3 +132,66 @@ async def test_a_ro_workspace_is_really_read_only(
     assert inside["wrote"] == errno.EROFS
     assert sorted(p.name for p in mount.tree.iterdir()) == ["given.txt"]
     assert (mount.artifacts / "report.txt").read_text() == "published"  # always writable
+
+
+# -- the coding assistant's tools (sandbox-images/tools/edit-file, run-command) ------------
+
+TESTS = """import unittest
+from pkg.calc import add
+
+class AddTest(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+"""
+
+
+def shipped(directory: str) -> ToolDefinition:
+    image_id = tool_images()[tool_tag(directory)]
+    client = docker.APIClient(timeout=60)
+    try:
+        labels = client.inspect_image(image_id)["Config"]["Labels"]
+    finally:
+        client.close()
+    return definition_from_labels(tool_tag(directory), image_id, labels)
+
+
+async def call(
+    sandbox: DockerSandbox, tool: ToolDefinition, mount: RunMount, **args: Any
+) -> dict[str, Any]:
+    spec = RunSpec(
+        operation_id=f"c-{uuid.uuid4().hex[:12]}",
+        session_id="s-c",
+        tool=tool,
+        args=args,
+        workspace=mount,
+    )
+    outcome = await sandbox.run(spec)
+    assert outcome.termination is Termination.EXITED, outcome
+    assert isinstance(outcome.output, dict), outcome
+    return {"exit": outcome.exit_code, **outcome.output}
+
+
+async def test_the_coding_tools_write_a_package_run_its_tests_and_fix_it(
+    sandbox: DockerSandbox, tmp_path: Path
+) -> None:
+    edit, run = shipped("edit-file"), shipped("run-command")
+    assert edit.workspace == run.workspace == WorkspaceAccess(mode=WorkspaceMode.WRITE)
+    mount = mount_in(tmp_path, WorkspaceMode.WRITE)
+    for path, text in {
+        "pkg/__init__.py": "",
+        "pkg/calc.py": "def add(a, b):\n    return a - b\n",
+        "tests/test_calc.py": TESTS,
+    }.items():
+        wrote = await call(sandbox, edit, mount, path=path, content=text)
+        assert wrote["exit"] == 0 and wrote["created"], wrote
+    unittest = ["python3", "-m", "unittest", "discover", "-s", "tests"]
+    failing = await call(sandbox, run, mount, argv=unittest)
+    assert failing["exit"] == 0 and failing["exit_code"] == 1
+    assert "FAILED (failures=1)" in failing["stderr"]
+    fixed = await call(sandbox, edit, mount, path="pkg/calc.py", old="a - b", new="a + b")
+    assert fixed["exit"] == 0 and not fixed["created"]
+    passing = await call(sandbox, run, mount, command=" ".join(unittest) + " 2>&1")
+    assert passing["exit_code"] == 0 and "OK" in passing["stdout"]
+    out = await call(sandbox, edit, mount, path="../escape.py", content="x")
+    assert out["exit"] == 1 and "error" in out
+    assert not (tmp_path / "escape.py").exists()
