@@ -117,6 +117,9 @@ class WorkspaceFlow:
         self.owner = owner
         self._mounts: dict[str, WorkspaceMount] = {}
         self._told: set[str] = set()
+        #: the idle trees this process gave back, by session (read back only when another
+        #: process gave one back since: ``TreeState.generation``)
+        self._idle: dict[str, TreeState] = {}
         self._states: dict[str, TreeState] = {}
         self._keep: dict[str, TreeState] = {}
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
@@ -199,8 +202,9 @@ class WorkspaceFlow:
         for attempt in range(2):  # a damaged cached blob: dropped, and once more from scratch
             held = await asyncio.to_thread(self._take, record, run, attempt)
             if held is not None and held.version == version:
+                # the new stamp is not saved: after a crash the saved, older one trusts
+                # fewer files (more are hashed again), never a changed one
                 held.stamp = await asyncio.to_thread(stamp, run.tree, held.stats.values())
-                await asyncio.to_thread(held.save, run.state)
                 return held
             needed = digests(manifest.entries) - digests(held.manifest.entries if held else ())
             with self.cache.pinned(needed):
@@ -224,8 +228,10 @@ class WorkspaceFlow:
     def _take(self, record: Operation, run: RunDirectories, attempt: int) -> TreeState | None:
         """The session's idle tree in the run's directory (None: an empty tree there)."""
         held = None
+        kept = self._idle.pop(record.session_id, None)
         if attempt == 0 and self.layout.take(record.session_id, record.operation_id):
-            held = TreeState.load(run.state)
+            same = kept is not None and kept.generation == TreeState.generation_at(run.state)
+            held = kept if same else TreeState.load(run.state)
         if held is None:
             self.layout.clear(record.operation_id)
             run.root.mkdir(parents=True, mode=0o700)
@@ -369,7 +375,10 @@ class WorkspaceFlow:
     def _release(self, record: Operation, state: TreeState | None) -> None:
         if state is not None:
             state.save(self.layout.run(record.operation_id).state)
-            self.layout.give_back(record.session_id, record.operation_id)
+            if self.layout.give_back(record.session_id, record.operation_id):
+                self._idle[record.session_id] = state
+                while len(self._idle) > self.layout.keep:
+                    self._idle.pop(next(iter(self._idle)))
         self.layout.clear(record.operation_id)
 
     async def sweep(self, settled: Callable[[str], Awaitable[bool]]) -> list[str]:

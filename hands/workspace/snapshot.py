@@ -19,19 +19,21 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Final
 
 from contracts.errors import WorkspaceRefused, WorkspaceTooLarge
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceLimits
 from hands.workspace.cache import CHUNK, BlobCache
-from hands.workspace.confined import checked
 from hands.workspace.tree import Stat, TreeState, stat_of
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: the longest link target a manifest holds
 MAX_TARGET: Final = 4096
+#: the longest workspace path (``contracts.workspace.WorkspacePath``)
+MAX_PATH: Final = 4096
 _SPECIAL = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 _KINDS = {
     stat.S_IFCHR: "a character device",
@@ -59,8 +61,24 @@ def scan(root: Path, held: TreeState, limits: WorkspaceLimits, cache: BlobCache)
         walk.directory(fd, "")
     finally:
         os.close(fd)
-    entries = tuple(sorted(walk.entries, key=lambda entry: entry.path))
-    return Scan(Manifest(entries=entries), walk.stats, frozenset(walk.hashed))
+    entries = tuple(sorted(walk.entries, key=attrgetter("path")))
+    # every entry was validated when it was made (now or by an earlier version), and a
+    # directory lists a name once: the manifest is built without checking each again
+    return Scan(Manifest.trusted(entries=entries), walk.stats, frozenset(walk.hashed))
+
+
+def _child(prefix: str, name: str) -> str:
+    """The workspace path of ``name`` in the directory at ``prefix`` (checked already).
+    A name the kernel lists holds no ``/`` or NUL and is never ``.`` or ``..``, so only
+    the length is left to check (``contracts.workspace.normal_path``'s other rules hold
+    by construction; an entry made new is checked in full)."""
+    path = prefix + name
+    if len(path) > MAX_PATH:
+        raise WorkspaceRefused(
+            f"workspace path {path[:80]!r}... is {len(path)} characters; at most {MAX_PATH}",
+            path=path[:200],
+        )
+    return path
 
 
 class _Walk:
@@ -77,7 +95,7 @@ class _Walk:
     def directory(self, fd: int, prefix: str) -> None:
         with os.scandir(fd) as found:
             for item in found:
-                path = checked(prefix + item.name)
+                path = _child(prefix, item.name)
                 self._count(path)
                 self._entry(fd, item.name, path, item.stat(follow_symlinks=False))
 
@@ -124,11 +142,14 @@ class _Walk:
         old = self.before.get(path)
         if old is not None and old.kind is EntryKind.FILE and self.held.trusted(path, now):
             self.stats[path] = now
-            self._keep(old if old.mode == mode else old.model_copy(update={"mode": mode}))
+            self.entries.append(old if old.mode == mode else old.model_copy(update={"mode": mode}))
             return
         fd = os.open(name, _FILE, dir_fd=parent)
         try:
-            self.stats[path] = stat_of(os.fstat(fd))
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):  # replaced since it was listed
+                raise WorkspaceRefused(f"{path!r} changed while it was read", path=path)
+            self.stats[path] = stat_of(opened)
             with os.fdopen(fd, "rb", closefd=False) as source, self.cache.writer() as blob:
                 while chunk := source.read(CHUNK):
                     blob.write(chunk)

@@ -36,6 +36,7 @@ Stat = tuple[int, int, int, int]
 #: copies a file's content (by its digest) into the open file
 Source = Callable[[str, BinaryIO], None]
 _STAMP = ".stamp"
+_GENERATION = "generation"
 
 
 def stat_of(found: os.stat_result) -> Stat:
@@ -52,6 +53,9 @@ class TreeState:
     stats: dict[str, Stat] = field(default_factory=dict)
     #: the ctime (ns) of the stamp taken after the last write (see the module's doc)
     stamp: int = 0
+    #: a token saved beside it (``generation_at``): a process that kept this state in
+    #: memory knows the tree on disk is the one it saved, without reading it back
+    generation: str = ""
 
     def trusted(self, path: str, now: Stat) -> bool:
         """Whether a file whose status is ``now`` still holds what was recorded."""
@@ -68,6 +72,18 @@ class TreeState:
         draft = where.with_name(f".{where.name}.draft")
         draft.write_text(json.dumps(document, separators=(",", ":")))
         os.replace(draft, where)
+        self.generation = uuid.uuid4().hex
+        token = where.with_name(".generation.draft")
+        token.write_text(self.generation)
+        os.replace(token, where.with_name(_GENERATION))
+
+    @staticmethod
+    def generation_at(where: Path) -> str | None:
+        """The token of the state saved at ``where`` (None: none)."""
+        try:
+            return where.with_name(_GENERATION).read_text()
+        except OSError:
+            return None
 
     @classmethod
     def load(cls, where: Path) -> TreeState | None:
@@ -76,7 +92,9 @@ class TreeState:
             document = json.loads(where.read_text())
             manifest = Manifest.model_validate(document["manifest"])
             stats = {path: _stat(value) for path, value in document["stats"].items()}
-            return cls(document["version"], manifest, stats, int(document["stamp"]))
+            state = cls(document["version"], manifest, stats, int(document["stamp"]))
+            state.generation = TreeState.generation_at(where) or ""
+            return state
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

@@ -72,8 +72,9 @@ elif hostile == "setuid":
     os.chmod(os.path.join(root, "suid"), 0o4755)
 elif hostile == "device":
     os.mknod(os.path.join(root, "null"), 0o600 | 0o20000, os.makedev(1, 3))
+inodes = {path: os.lstat(os.path.join(root, path)).st_ino for path in args.get("inode", [])}
 time.sleep(args.get("sleep", 0))
-print(json.dumps({"read": read}))
+print(json.dumps({"read": read, **({"inode": inodes} if inodes else {})}))
 sys.exit(args.get("exit", 0))
 """
 
@@ -228,17 +229,23 @@ async def test_a_timeout_produces_no_version_and_the_tree_is_not_kept(hands: Han
 
 
 @pytest.mark.parametrize(
-    ("hostile", "needs_root"),
-    [("fifo", False), ("socket", False), ("setuid", False), ("device", True)],
+    ("hostile", "said", "needs_root"),
+    [
+        ("fifo", "'pipe' is a FIFO", False),
+        ("socket", "'sock' is a socket", False),
+        ("setuid", "'suid' has the setuid", False),
+        ("device", "'null' is a character device", True),
+    ],
 )
 async def test_a_tree_a_workspace_may_not_hold_is_refused(
-    hands: Hands, hostile: str, needs_root: bool
+    hands: Hands, hostile: str, said: str, needs_root: bool
 ) -> None:
     if needs_root and os.geteuid() != 0:
         pytest.skip("mknod of a device file needs root")
     result = await run(hands, call("op-1", write={"a": "1"}, hostile=hostile))
     assert not result.succeeded and result.error is not None
     assert result.error.code == "workspace_refused", result.error
+    assert said in result.error.message
     assert result.version is None
 
 
@@ -391,3 +398,20 @@ def test_a_tool_that_mounts_a_workspace_gets_no_warm_containers() -> None:
     assert pool.size_for(plain) == 2
     assert pool.size_for(_coder("coder-rw", WorkspaceMode.WRITE, 5)) == 0
     assert pool.size_for(_coder("coder-ro", WorkspaceMode.READ, 5)) == 0
+
+
+async def test_a_held_tree_is_reused_and_one_another_process_gave_back_is_read_again(
+    hands: Hands,
+) -> None:
+    """A follow-up call on the same Hands rewrites nothing it holds already; a tree that
+    another process (sharing the directory) gave back since is read from disk, never
+    taken for the one this process remembers."""
+    a, b = hands.executor("a", hands.flow()), hands.executor("b", hands.flow())
+    first = await run(hands, call("op-1", write={"x": "1", "y": "2"}, inode=["x"]), a)
+    second = await run(hands, call("op-2", first.version, inode=["x"], write={"y": "3"}), b)
+    assert isinstance(first.output, dict) and isinstance(second.output, dict)
+    assert second.output["inode"] == first.output["inode"]  # b read a's tree: not rewritten
+    # a remembers the tree it gave back (the first version); b gave back the second since
+    again = await run(hands, call("op-3", first.version, read=["y"], inode=["x"]), a)
+    assert isinstance(again.output, dict) and again.output["read"] == {"y": "2"}
+    assert again.output["inode"] == first.output["inode"]
