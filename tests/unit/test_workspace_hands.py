@@ -415,3 +415,37 @@ async def test_a_held_tree_is_reused_and_one_another_process_gave_back_is_read_a
     again = await run(hands, call("op-3", first.version, read=["y"], inode=["x"]), a)
     assert isinstance(again.output, dict) and again.output["read"] == {"y": "2"}
     assert again.output["inode"] == first.output["inode"]
+
+
+def test_materialising_never_writes_through_a_link_or_outside_the_tree(tmp_path: Path) -> None:
+    """A manifest that names a path under one of its own links (a stored version made
+    by a hostile tool, or a damaged one) is refused; nothing is written outside."""
+    from contracts.errors import WorkspaceRefused
+    from hands.workspace.confined import checked
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cache = BlobCache(tmp_path / "cache", max_bytes=2**20)
+    digest = cache.put(b"owned")
+    hostile = Manifest(
+        entries=(
+            ManifestEntry(path="a", kind=EntryKind.LINK, target=str(outside)),
+            ManifestEntry(path="a/x", kind=EntryKind.FILE, digest=digest, size=5),
+        )
+    )
+    root = tmp_path / "tree" / "tree"
+    root.mkdir(parents=True)
+
+    def copy(digest: str, file: Any) -> None:
+        assert cache.copy_into(digest, file)
+
+    with pytest.raises(WorkspaceRefused, match="not a directory inside the tree"):
+        materialise(root, None, hostile, hostile.version_id(), copy, owner=None)
+    assert list(outside.iterdir()) == []
+    assert os.readlink(root / "a") == str(outside)  # the link itself, as a link
+    for bad in ("../x", "a/../../x", "/etc/passwd", "a\x00b", "a//b", "./a"):
+        with pytest.raises(WorkspaceRefused):
+            checked(bad)
+    for bad in ("../x", "a/../../x", "/etc/passwd", "a\x00b"):
+        with pytest.raises(ValueError):
+            ManifestEntry(path=bad, kind=EntryKind.DIR)
