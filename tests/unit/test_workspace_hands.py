@@ -6,6 +6,7 @@ blobs the store lacks and hashing only the files that changed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from contracts import BlobRef, OperationResult, ReplayPolicy
+from contracts.errors import WorkspaceRefused
 from contracts.tool import Dispatch, ResultEvent, ToolDefinition
 from contracts.workspace import (
     EntryKind,
@@ -31,13 +33,17 @@ from contracts.workspace import (
 )
 from hands.executor import Executor
 from hands.sandbox import RunSpec
+from hands.sandbox.pool import WarmPool
 from hands.sandbox.process import ProcessSandbox
+from hands.settings import HandsSettings
 from hands.workspace.cache import BlobCache
+from hands.workspace.confined import checked
 from hands.workspace.flow import WorkspaceFlow
 from hands.workspace.snapshot import scan
 from hands.workspace.store import BlobVersions
 from hands.workspace.tree import materialise
 from session_store import SessionStore, open_store
+from tests.support.eventually import assert_eventually
 from tests.support.intents import CommittingExecutor
 
 pytestmark = pytest.mark.sqlite
@@ -378,7 +384,6 @@ def test_materialising_applies_only_the_difference(tmp_path: Path) -> None:
 def test_the_hands_keep_trees_and_cache_where_the_setting_says(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from hands.settings import HandsSettings
 
     monkeypatch.setenv("BH_HANDS_WORKSPACE_CACHE", str(tmp_path / "ws"))
     monkeypatch.setenv("BH_HANDS_WORKSPACE_CACHE_SIZE", "64m")
@@ -389,7 +394,6 @@ def test_the_hands_keep_trees_and_cache_where_the_setting_says(
 
 def test_a_tool_that_mounts_a_workspace_gets_no_warm_containers() -> None:
     """Mounts are fixed when a container is created, before its run's tree exists."""
-    from hands.sandbox.pool import WarmPool
 
     pool = WarmPool({"*": 2}, limit=4, memory_bytes=2**30, idle_s=60)
     plain = _coder("plain", WorkspaceMode.WRITE, 5).model_copy(
@@ -420,8 +424,6 @@ async def test_a_held_tree_is_reused_and_one_another_process_gave_back_is_read_a
 def test_materialising_never_writes_through_a_link_or_outside_the_tree(tmp_path: Path) -> None:
     """A manifest that names a path under one of its own links (a stored version made
     by a hostile tool, or a damaged one) is refused; nothing is written outside."""
-    from contracts.errors import WorkspaceRefused
-    from hands.workspace.confined import checked
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -449,3 +451,34 @@ def test_materialising_never_writes_through_a_link_or_outside_the_tree(tmp_path:
     for bad in ("../x", "a/../../x", "/etc/passwd", "a\x00b"):
         with pytest.raises(ValueError):
             ManifestEntry(path=bad, kind=EntryKind.DIR)
+
+
+async def test_a_cancelled_run_produces_no_version_and_its_tree_is_not_kept(
+    hands: Hands,
+) -> None:
+    first = await run(hands, call("op-1", write={"a": "1"}))
+    flow = hands.flow()
+    running = asyncio.create_task(
+        hands.executor(flow=flow).handle(call("op-2", first.version, write={"a": "2"}, sleep=30))
+    )
+
+    async def started() -> bool:
+        return (hands.sandbox.root / "bh-op-2" / "pid").exists()
+
+    await assert_eventually(started, within=10)
+    assert await hands.executor("api").cancel("op-2", "changed my mind") is None
+    assert await asyncio.wait_for(running, 10) is None  # parked: no result, no version
+    assert await hands.store.get_operation_result("op-2") is None
+    assert not flow.layout.idle("s1").exists() and not flow.layout.run("op-2").root.exists()
+
+
+def test_the_blob_cache_keeps_its_bound_evicting_the_least_recently_used(
+    tmp_path: Path,
+) -> None:
+    cache = BlobCache(tmp_path / "cache", max_bytes=10)
+    old, pinned = cache.put(b"aaaa"), cache.put(b"bbbb")
+    with cache.pinned([pinned]):
+        os.utime(cache._path(pinned), ns=(1, 1))  # the least recently used, but pinned
+        newest = cache.put(b"cccc")
+    assert cache.has(pinned) and cache.has(newest) and not cache.has(old)
+    assert cache.size <= 10 and cache.read(newest) == b"cccc"
