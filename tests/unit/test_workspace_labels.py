@@ -97,3 +97,13 @@ def test_a_dispatch_whose_mount_differs_from_the_intent_is_refused() -> None:
     bigger = WorkspaceMount(mode=WorkspaceMode.WRITE, limits=WorkspaceLimits(max_files=10**6))
     assert committed.differences(_dispatch(bigger)) == ["workspace mount"]
     assert committed.differences(_dispatch(None)) == ["workspace mount"]
+
+
+def test_bh_tools_list_shows_how_each_tool_mounts_the_workspace() -> None:
+    from bh.tools_commands import tools_table
+
+    coder = definition_from_labels("img", "sha256:0", {**BASE, P + "workspace": "rw:/work"})
+    plain = definition_from_labels("img", "sha256:0", BASE)
+    table = tools_table([coder, plain])
+    column = next(c for c in table.columns if c.header == "workspace")
+    assert list(column.cells) == ["rw:/work", "none"]
