@@ -178,7 +178,7 @@ class Executor:
         #: forks a result being brought home here is announced to as well (by operation)
         self._forks: dict[str, str] = {}
         #: the workspaces of the calls that mount one (``hands.workspace.flow``)
-        self.workspaces = workspaces or WorkspaceFlow.default(store, executor_id)
+        self.workspaces = workspaces or WorkspaceFlow.default(store)
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
@@ -855,7 +855,14 @@ class Executor:
             except Exception:
                 self.metrics.loop_error("reaper")
                 log.exception("reaping %s failed; going on with the others", run.name)
+        touched += await self.workspaces.sweep(self._settled)
         return touched
+
+    async def _settled(self, operation_id: str) -> bool:
+        """Whether the operation's result is written (its run's directories may go)."""
+        if operation_id in self.inflight:
+            return False
+        return await self.store.get_operation_result(operation_id) is not None
 
     async def _reap(self, run: OwnedRun) -> bool:
         if run.operation_id in self.inflight:

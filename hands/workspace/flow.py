@@ -29,6 +29,7 @@ import asyncio
 import hashlib
 import os
 import tempfile
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -126,10 +127,12 @@ class WorkspaceFlow:
         self._transfers = asyncio.Semaphore(_TRANSFERS)
 
     @classmethod
-    def default(cls, store: SessionStore, executor_id: str) -> WorkspaceFlow:
-        """Trees and cache under the host's temporary directory, for an executor given
-        none (tests, embedded use); the Hands service passes ``BH_HANDS_WORKSPACE_CACHE``."""
-        root = Path(tempfile.gettempdir()) / f"bh-workspaces-{os.getuid()}" / executor_id
+    def default(cls, store: SessionStore) -> WorkspaceFlow:
+        """Trees and cache of its own under the host's temporary directory (made when
+        first used), for an executor given none (tests, embedded use): never shared,
+        so nothing is found again after a restart. The Hands service passes
+        ``BH_HANDS_WORKSPACE_CACHE``."""
+        root = Path(tempfile.gettempdir()) / f"bh-workspaces-{uuid.uuid4().hex}"
         return cls(versions_of(store), root=root, owner=sandbox_owner())
 
     @classmethod

@@ -482,3 +482,18 @@ def test_the_blob_cache_keeps_its_bound_evicting_the_least_recently_used(
         newest = cache.put(b"cccc")
     assert cache.has(pinned) and cache.has(newest) and not cache.has(old)
     assert cache.size <= 10 and cache.read(newest) == b"cccc"
+
+
+async def test_the_reaper_removes_run_directories_of_settled_operations_only(
+    hands: Hands,
+) -> None:
+    """What a crash left: the directories of a run whose result another Hands wrote go;
+    those of a run still unsettled stay (its reconnect needs them)."""
+    flow = hands.flow()
+    executor = hands.executor(flow=flow)
+    await run(hands, call("op-1", write={"a": "1"}), executor)
+    for op in ("op-1", "op-2"):
+        flow.layout.fresh(op)
+    touched = await executor.reconcile()
+    assert "op-1" in touched
+    assert not flow.layout.run("op-1").root.exists() and flow.layout.run("op-2").root.exists()
