@@ -97,7 +97,27 @@ class _Walk:
             for item in found:
                 path = _child(prefix, item.name)
                 self._count(path)
-                self._entry(fd, item.name, path, item.stat(follow_symlinks=False))
+                status = item.stat(follow_symlinks=False)
+                if not self._unchanged(path, status):
+                    self._entry(fd, item.name, path, status)
+
+    def _unchanged(self, path: str, status: os.stat_result) -> bool:
+        """Keep the held entry of a plain file whose status is as recorded (the common
+        case, so kept short: one look at each table); False: look closer."""
+        mode = status.st_mode
+        if not stat.S_ISREG(mode) or mode & _SPECIAL:
+            return False
+        now = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+        old = self.before.get(path)
+        if old is None or old.kind is not EntryKind.FILE or old.mode != stat.S_IMODE(mode):
+            return False
+        if not self.held.trusted(path, now):
+            return False
+        self.bytes += now[0]
+        self._within_bytes(path)
+        self.stats[path] = now
+        self.entries.append(old)  # trusted: a file, as recorded
+        return True
 
     def _entry(self, parent: int, name: str, path: str, found: os.stat_result) -> None:
         kind = stat.S_IFMT(found.st_mode)
