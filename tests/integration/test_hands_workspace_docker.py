@@ -1,7 +1,8 @@
 """The coding assistant's loop on the Hands with real Docker: each call of the shipped
-``edit_file`` and ``run_command`` tools mounts the session's workspace from the version
-the previous call produced — write a package, run its tests (they fail), fix the file,
-run them again (they pass) — and the store holds every version's files."""
+``edit_file`` tool, and of the ``shell`` tool declared ``rw``, mounts the session's
+workspace from the version the previous call produced — write a package, run its tests
+(they fail), fix the file, run them again (they pass) — and the store holds every
+version's files."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from contracts.tool import Dispatch, ResultEvent
 from contracts.workspace import EntryKind, WorkspaceMode, WorkspaceMount, WorkspaceVersion
 from hands.executor import Executor
 from hands.images import tool_tag
-from hands.registry import register_image
+from hands.registry import read_image, register_image
 from hands.sandbox.docker import DockerSandbox, DockerSandboxConfig
 from hands.workspace.flow import WorkspaceFlow, sandbox_owner
 from hands.workspace.store import versions_of
@@ -35,7 +36,7 @@ class AddTest(unittest.TestCase):
     def test_add(self):
         self.assertEqual(add(2, 3), 5)
 """
-UNITTEST = ["python3", "-m", "unittest", "discover", "-s", "tests"]
+UNITTEST = "python3 -m unittest discover -s tests"
 
 
 @pytest.fixture
@@ -44,8 +45,9 @@ async def hands(tmp_path: Path) -> AsyncIterator[tuple[SessionStore, Executor]]:
     store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
     owner = f"test-ws-{uuid.uuid4().hex[:8]}"
     async with DockerSandbox(DockerSandboxConfig(owner=owner, docker_url=DOCKER)) as sandbox:
-        for directory in ("edit-file", "run-command"):
-            await register_image(store, sandbox, tool_tag(directory))
+        edit = await register_image(store, sandbox, tool_tag("edit-file"))
+        shell = (await read_image(sandbox, tool_tag("shell"))).definition
+        await store.tools.register(shell.model_copy(update={"workspace": edit.workspace}))
         flow = WorkspaceFlow(versions_of(store), root=tmp_path / "ws", owner=sandbox_owner())
 
         async def publish(_: ResultEvent) -> None:
@@ -96,12 +98,13 @@ async def test_write_a_package_run_its_failing_tests_fix_it_and_run_them_again(
         "edit_file", path="pkg/calc.py", content="def add(a, b):\n    return a - b\n"
     )
     await session.call("edit_file", path="tests/test_calc.py", content=TESTS)
-    failing = await session.call("run_command", argv=UNITTEST)
+    failing = await session.call("shell", command=UNITTEST)
     assert isinstance(failing.output, dict) and failing.output["exit_code"] == 1
     assert "FAILED (failures=1)" in failing.output["stderr"]
     await session.call("edit_file", path="pkg/calc.py", old="a - b", new="a + b")
-    passing = await session.call("run_command", command="python3 -m unittest discover -s tests")
+    passing = await session.call("shell", command=UNITTEST + " 2>&1")
     assert isinstance(passing.output, dict) and passing.output["exit_code"] == 0, passing.output
+    assert "OK" in passing.output["stdout"]
     assert session.head is not None
     versions = versions_of(store)
     manifest = await versions.manifest(session.head)

@@ -55,7 +55,6 @@ SHIPPED = {
     "http-get": ("http_get", ReplayPolicy.SAFE),
     "misbehave": ("misbehave", ReplayPolicy.SAFE),
     "python-exec": ("python_exec", ReplayPolicy.UNSAFE),
-    "run-command": ("run_command", ReplayPolicy.SAFE),
     "send-email": ("send_email", ReplayPolicy.UNSAFE),
     "shell": ("shell", ReplayPolicy.UNSAFE),
     "sleep": ("sleep", ReplayPolicy.SAFE),
@@ -209,7 +208,6 @@ CASES = [
     ),
     Case("python-exec", {"code": "1 / 0"}, 1, keys=("error", "stdout", "traceback", "truncated")),
     Case("misbehave", {"action": "exit", "code": 7}, 7, {"exit": 7}),
-    Case("run-command", {"argv": ["true"]}, 1, keys=("error",)),  # no workspace mounted
     Case("edit-file", {"path": "a.py", "content": ""}, 1, keys=("error",)),
     Case("count", {"fail": True}, 3, {"error": "asked to fail"}, environment=_LEDGER),
     Case("count", {}, 75, keys=("error",), environment=_LEDGER),

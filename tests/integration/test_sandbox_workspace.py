@@ -134,7 +134,7 @@ async def test_a_ro_workspace_is_really_read_only(
     assert (mount.artifacts / "report.txt").read_text() == "published"  # always writable
 
 
-# -- the coding assistant's tools (sandbox-images/tools/edit-file, run-command) ------------
+# -- the coding assistant's tools: edit_file, and the shell tool run in the workspace ------
 
 TESTS = """import unittest
 from pkg.calc import add
@@ -174,8 +174,10 @@ async def call(
 async def test_the_coding_tools_write_a_package_run_its_tests_and_fix_it(
     sandbox: DockerSandbox, tmp_path: Path
 ) -> None:
-    edit, run = shipped("edit-file"), shipped("run-command")
-    assert edit.workspace == run.workspace == WorkspaceAccess(mode=WorkspaceMode.WRITE)
+    edit = shipped("edit-file")
+    assert edit.workspace == WorkspaceAccess(mode=WorkspaceMode.WRITE)
+    # the shell tool's command runs in its working directory: the workspace, once mounted
+    run = shipped("shell").model_copy(update={"workspace": edit.workspace})
     mount = mount_in(tmp_path, WorkspaceMode.WRITE)
     for path, text in {
         "pkg/__init__.py": "",
@@ -184,13 +186,13 @@ async def test_the_coding_tools_write_a_package_run_its_tests_and_fix_it(
     }.items():
         wrote = await call(sandbox, edit, mount, path=path, content=text)
         assert wrote["exit"] == 0 and wrote["created"], wrote
-    unittest = ["python3", "-m", "unittest", "discover", "-s", "tests"]
-    failing = await call(sandbox, run, mount, argv=unittest)
+    unittest = "python3 -m unittest discover -s tests"
+    failing = await call(sandbox, run, mount, command=unittest)
     assert failing["exit"] == 0 and failing["exit_code"] == 1
     assert "FAILED (failures=1)" in failing["stderr"]
     fixed = await call(sandbox, edit, mount, path="pkg/calc.py", old="a - b", new="a + b")
     assert fixed["exit"] == 0 and not fixed["created"]
-    passing = await call(sandbox, run, mount, command=" ".join(unittest) + " 2>&1")
+    passing = await call(sandbox, run, mount, command=unittest + " 2>&1")
     assert passing["exit_code"] == 0 and "OK" in passing["stdout"]
     out = await call(sandbox, edit, mount, path="../escape.py", content="x")
     assert out["exit"] == 1 and "error" in out
