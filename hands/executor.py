@@ -708,6 +708,7 @@ class Executor:
             return await self._finish_run(record, definition, outcome, path)
         finally:
             await self.workspaces.release(record)
+            self.workspaces.forget(record.operation_id)  # (the reaper's collects too)
 
     async def _finish_run(
         self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
