@@ -497,3 +497,30 @@ async def test_the_reaper_removes_run_directories_of_settled_operations_only(
     touched = await executor.reconcile()
     assert "op-1" in touched
     assert not flow.layout.run("op-1").root.exists() and flow.layout.run("op-2").root.exists()
+
+
+async def test_a_cache_too_small_to_keep_anything_still_materialises_and_uploads(
+    hands: Hands,
+) -> None:
+    """Blobs evicted between the snapshot and the upload are read again from the run's
+    tree (checked against their digest); blobs being copied into a tree stay pinned."""
+    tiny = BlobCache(hands.root / "tiny", max_bytes=1)
+    flow = WorkspaceFlow(hands.versions, root=hands.root, cache=tiny)
+    first = await run(
+        hands,
+        call("op-1", write={"a": "alpha", "b/c": "gamma"}, publish={"r": "report"}),
+        hands.executor(flow=flow),
+    )
+    assert first.version is not None and await files(hands, first.version) == {
+        "a": "alpha",
+        "b/c": "gamma",
+    }
+    assert await hands.store.get_blob(first.artifacts[0].blob) == b"report"
+    other = WorkspaceFlow(
+        hands.versions, root=hands.root / "other", cache=BlobCache(hands.root / "t2", max_bytes=1)
+    )
+    second = await run(
+        hands, call("op-2", first.version, read=["a", "b/c"]), hands.executor("b", other)
+    )
+    assert second.output == {"read": {"a": "alpha", "b/c": "gamma"}}
+    assert tiny.size <= 1
