@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import tempfile
 import uuid
@@ -66,6 +67,8 @@ from hands.workspace.snapshot import scan
 from hands.workspace.store import VersionStore, versions_of
 from hands.workspace.tree import EMPTY, TreeState, digests, materialise, stamp
 from session_store import SessionStore
+
+log = logging.getLogger(__name__)
 
 #: runs that ran to their end: their tree and artifacts are what they left
 RAN_TO_END: Final = frozenset({Termination.EXITED, Termination.INVALID_OUTPUT})
@@ -139,7 +142,14 @@ class WorkspaceFlow:
     def of(cls, store: SessionStore, root: Path, *, cache_bytes: int) -> WorkspaceFlow:
         """A Hands service's: trees and runs under ``root``, its cache in ``root/cache``."""
         cache = BlobCache(root / "cache", max_bytes=cache_bytes)
-        return cls(versions_of(store), root=root.absolute(), cache=cache, owner=sandbox_owner())
+        owner = sandbox_owner()
+        if owner is None:
+            log.warning(
+                "the Hands do not run as root: working trees stay theirs, so a Docker "
+                "sandbox's user (%s) can read a workspace but not write it",
+                SANDBOX_USER,
+            )
+        return cls(versions_of(store), root=root.absolute(), cache=cache, owner=owner)
 
     def knows(self, operation_id: str) -> bool:
         """Whether the operation's mount was told (``intend``)."""
