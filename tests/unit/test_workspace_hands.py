@@ -78,6 +78,14 @@ elif hostile == "setuid":
     os.chmod(os.path.join(root, "suid"), 0o4755)
 elif hostile == "device":
     os.mknod(os.path.join(root, "null"), 0o600 | 0o20000, os.makedev(1, 3))
+marker = args.get("unknown_once")  # the first attempt leaves a file and exits 75
+if marker and not os.path.exists(marker):
+    open(marker, "w").close()
+    with open(os.path.join(root, "partial"), "w") as file:
+        file.write("half written")
+    sys.exit(75)
+if marker:
+    read["partial seen"] = os.path.exists(os.path.join(root, "partial"))
 inodes = {path: os.lstat(os.path.join(root, path)).st_ino for path in args.get("inode", [])}
 time.sleep(args.get("sleep", 0))
 print(json.dumps({"read": read, **({"inode": inodes} if inodes else {})}))
@@ -524,3 +532,16 @@ async def test_a_cache_too_small_to_keep_anything_still_materialises_and_uploads
     )
     assert second.output == {"read": {"a": "alpha", "b/c": "gamma"}}
     assert tiny.size <= 1
+
+
+async def test_a_replay_starts_from_the_intent_s_base_again(hands: Hands, tmp_path: Path) -> None:
+    """An attempt whose outcome is unknown (exit 75) left a half-written file; the replay
+    of the replay-safe call starts from the base again and never sees it."""
+    first = await run(hands, call("op-1", write={"a": "1"}))
+    replayed = await run(
+        hands, call("op-2", first.version, unknown_once=str(tmp_path / "once"), read=["a"])
+    )
+    assert replayed.path == "replayed" and replayed.succeeded, replayed
+    assert replayed.output == {"read": {"a": "1", "partial seen": False}}
+    assert replayed.version is not None and await files(hands, replayed.version) == {"a": "1"}
+    assert first.version is not None and replayed.version.id == first.version.id  # same tree
