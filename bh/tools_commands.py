@@ -186,7 +186,17 @@ def parse_config(pairs: Sequence[str]) -> dict[str, str]:
 
 def tools_table(definitions: list[ToolDefinition]) -> Table:
     table = Table(title="tools")
-    columns = ("tool", "rev", "replay", "timeout", "network", "query", "image", "registered")
+    columns = (
+        "tool",
+        "rev",
+        "replay",
+        "timeout",
+        "network",
+        "query",
+        "workspace",
+        "image",
+        "registered",
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
     for tool in definitions:
@@ -197,10 +207,17 @@ def tools_table(definitions: list[ToolDefinition]) -> Table:
             f"{tool.timeout_s:g} s",
             ", ".join(tool.network.allow) or "none",
             "yes" if tool.queryable else "no",
+            workspace_of(tool),
             f"{tool.image} ({_short(tool.image_id)})",
             f"{tool.registered_at:%Y-%m-%d %H:%M} by {tool.registered_by or '?'}",
         )
     return table
+
+
+def workspace_of(tool: ToolDefinition) -> str:
+    """How the tool mounts its session's workspace, as its label says it (``rw:/work``)."""
+    access = tool.workspace
+    return f"{access.mode.value}:{access.path}" if access.mounts else "none"
 
 
 def history_table(history: ToolHistory) -> Table:

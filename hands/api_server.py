@@ -31,6 +31,7 @@ from hands.app import make_sandbox
 from hands.executor import Executor
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
+from hands.workspace.flow import WorkspaceFlow
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import configure_logging
 from runtime.tracing import setup_tracing
@@ -120,6 +121,9 @@ async def serve_api(settings: ApiSettings) -> None:
             # Hands beside it (an attempt of theirs is never taken for one that is over)
             executor_id=f"{hands.executor_id}:api",
             metrics=metrics,
+            workspaces=WorkspaceFlow.of(
+                store, hands.workspace_root, cache_bytes=hands.workspace_cache_bytes
+            ),
         )
         app = create_app(
             store=store,

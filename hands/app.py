@@ -12,6 +12,7 @@ from hands.metrics import HandsMetrics
 from hands.sandbox import Sandbox
 from hands.service import ConsumerSettings, HandsService, publisher
 from hands.settings import HandsSettings
+from hands.workspace.flow import WorkspaceFlow
 from lifecycle.decision import LifecycleSettings
 from runtime.crashpoints import CrashPoints
 from session_store import SessionStore, open_store
@@ -44,6 +45,9 @@ async def open_hands(
             crash=crash or CrashPoints.from_env(),
             lifecycle=LifecycleSettings(start_allowance=settings.start_allowance),
             metrics=metrics,
+            workspaces=WorkspaceFlow.of(
+                store, settings.workspace_root, cache_bytes=settings.workspace_cache_bytes
+            ),
         )
         consumer = ConsumerSettings(
             concurrency=settings.concurrency,

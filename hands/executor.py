@@ -83,6 +83,8 @@ from hands.sandbox import (
     StartMissed,
     container_name,
 )
+from hands.workspace.flow import NOTHING_CONCLUDED, Concluded, WorkspaceFlow, refused_result
+from hands.workspace.mount import RunMount
 from lifecycle.cancellation import Pause, cancelled_result, record_cancel, write_cancelled
 from lifecycle.decision import Decision, Evidence, LifecycleSettings, Policy, Step, decide
 from runtime.cancellation import cancel_and_wait
@@ -153,6 +155,7 @@ class Executor:
         pause: Pause = _no_pause,
         cancel_poll: timedelta = timedelta(seconds=2),
         monotonic: Callable[[], float] = time.monotonic,
+        workspaces: WorkspaceFlow | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -174,6 +177,8 @@ class Executor:
         self.monotonic = monotonic
         #: forks a result being brought home here is announced to as well (by operation)
         self._forks: dict[str, str] = {}
+        #: the workspaces of the calls that mount one (``hands.workspace.flow``)
+        self.workspaces = workspaces or WorkspaceFlow.default(store)
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as
@@ -203,6 +208,7 @@ class Executor:
         finally:
             self.inflight.pop(dispatch.operation_id, None)
             self._forks.pop(dispatch.operation_id, None)
+            self.workspaces.forget(dispatch.operation_id)
 
     async def _backing(self, dispatch: Dispatch) -> str | None:
         """The fork a dispatch comes from (``via``) when its log holds the intent: its
@@ -225,7 +231,18 @@ class Executor:
         if problem is not None:
             return await self._settle(record, _refusal(dispatch, problem))
         assert definition is not None
+        await self._intend(record, definition, dispatch.via)
         return await self._run(record, definition, dispatch)
+
+    async def _intend(
+        self, record: Operation, definition: ToolDefinition, via: str | None = None
+    ) -> None:
+        """Tell the workspaces the mount the operation's committed intent froze (read
+        from the store, never taken from the message)."""
+        if not definition.workspace.mounts or self.workspaces.knows(record.operation_id):
+            return
+        intent = await self.store.intent(via or record.session_id, record.operation_id)
+        self.workspaces.intend(record.operation_id, intent.dispatch.workspace if intent else None)
 
     async def verify(self, operation_id: str) -> OperationResult | None:
         """Ask the tool's query entry point whether the operation happened; a found
@@ -437,9 +454,15 @@ class Executor:
         if step is Step.RECONNECT:
             claim = await self._claim(record, definition, new_attempt=False)
             self.crash.reached("hands:claimed")
+            mount = self.workspaces.attach(claim.record)
             try:
                 outcome = await self._sandboxed(
-                    claim.record, definition, DispatchMode.RUN, collect=True, guard=claim
+                    claim.record,
+                    definition,
+                    DispatchMode.RUN,
+                    collect=True,
+                    guard=claim,
+                    mount=mount,
                 )
             except CancelledBeforeStart as cancelled:  # a run created, never started
                 return await self._settle_cancelled(cancelled.record)
@@ -478,8 +501,14 @@ class Executor:
         claim = await self._claim(record, definition, new_attempt=True)
         self.crash.reached("hands:claimed")
         await self.pause("start:read")
+        try:  # after the claim (no other executor acts), before the claim's start is proved
+            mount = await self.workspaces.prepare(claim.record)
+        except Refused as refused:  # the base names what a workspace may not hold
+            return await self._settle(claim.record, refused_result(claim.record, refused))
         try:
-            outcome = await self._sandboxed(claim.record, definition, DispatchMode.RUN, guard=claim)
+            outcome = await self._sandboxed(
+                claim.record, definition, DispatchMode.RUN, guard=claim, mount=mount
+            )
         except CancelledBeforeStart as cancelled:
             return await self._settle_cancelled(cancelled.record)
         except StartMissed as missed:
@@ -569,6 +598,7 @@ class Executor:
         *,
         collect: bool = False,
         guard: Claim | None = None,
+        mount: RunMount | None = None,
     ) -> RunOutcome:
         """Run (or, with ``collect``, only collect: never start) the operation's run;
         ``guard``: the claim proved again right before anything starts."""
@@ -585,6 +615,7 @@ class Executor:
             executor=self.executor_id,
             deadline=deadline,
             collect_only=collect,
+            workspace=mount,
         )
         self.crash.reached(f"hands:before_start:{mode.value}")
         watch = (
@@ -670,6 +701,18 @@ class Executor:
     async def _finish(
         self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
     ) -> OperationResult | None:
+        """Bring the run to its result; its workspace's tree is kept (known to equal a
+        version) or removed either way."""
+        await self._intend(record, definition)
+        try:
+            return await self._finish_run(record, definition, outcome, path)
+        finally:
+            await self.workspaces.release(record)
+            self.workspaces.forget(record.operation_id)  # (the reaper's collects too)
+
+    async def _finish_run(
+        self, record: Operation, definition: ToolDefinition, outcome: RunOutcome, path: str
+    ) -> OperationResult | None:
         current = await self.store.get_operation(record.operation_id) or record
         existing = await self.store.get_operation_result(record.operation_id)
         if existing is not None:  # another Hands collected it first: its result stands
@@ -701,19 +744,33 @@ class Executor:
             if interrupted or vanished:
                 why = f"attempt {record.attempts} was {outcome.detail}; its outcome is unknown"
             return await self._recover(record, definition, why)
-        result = await self._result(record, outcome, path)
+        concluded = await self.workspaces.conclude(record, outcome)
+        if concluded.lost:  # ran here before a crash, its tree gone: what it wrote is lost
+            await self.sandbox.remove(record.operation_id)
+            why = f"attempt {record.attempts}'s workspace tree is not on this Hands"
+            return await self._recover(record, definition, why)
+        result = await self._result(record, outcome, path, concluded=concluded)
         self.crash.reached("hands:collected")
         settled = await self._settle(record, result)
         await self.sandbox.remove(record.operation_id)
         return settled
 
     async def _result(
-        self, record: Operation, outcome: RunOutcome, path: str, *, output: Any = None
+        self,
+        record: Operation,
+        outcome: RunOutcome,
+        path: str,
+        *,
+        output: Any = None,
+        concluded: Concluded = NOTHING_CONCLUDED,
     ) -> OperationResult:
-        """The result of a run; a verified run's output is what the query found."""
+        """The result of a run; a verified run's output is what the query found; a run
+        that mounts a workspace carries what it became (a refused or oversized tree fails
+        the result with its code, and no version)."""
         verified = path == "verified"
         exited_ok = outcome.termination is Termination.EXITED and outcome.exit_code == 0
-        succeeded = verified or exited_ok
+        succeeded = (verified or exited_ok) and concluded.error is None
+        problem = concluded.error or (None if succeeded else _error_of(record, outcome))
         inline, blob = await self.store.put_output(output if verified else outcome.output)
         return OperationResult(
             operation_id=record.operation_id,
@@ -721,7 +778,9 @@ class Executor:
             succeeded=succeeded,
             output=inline,
             blob=blob,
-            error=None if succeeded else _error_of(record, outcome),
+            error=problem,
+            version=concluded.version,
+            artifacts=concluded.artifacts,
             termination=outcome.termination.value,
             exit_code=outcome.exit_code,
             log_tail=outcome.log_tail,
@@ -797,7 +856,14 @@ class Executor:
             except Exception:
                 self.metrics.loop_error("reaper")
                 log.exception("reaping %s failed; going on with the others", run.name)
+        touched += await self.workspaces.sweep(self._settled)
         return touched
+
+    async def _settled(self, operation_id: str) -> bool:
+        """Whether the operation's result is written (its run's directories may go)."""
+        if operation_id in self.inflight:
+            return False
+        return await self.store.get_operation_result(operation_id) is not None
 
     async def _reap(self, run: OwnedRun) -> bool:
         if run.operation_id in self.inflight:

@@ -25,6 +25,8 @@ from pydantic import Field, ValidationError
 from contracts import InvalidInput, ReplayPolicy
 from contracts.model import Frozen
 from contracts.tool import LABEL_PREFIX, Limits, NetworkPolicy, ToolDefinition
+from contracts.workspace import DEFAULT_MOUNT, WorkspaceAccess, WorkspaceMode
+from hands.workspace.mount import mount_target
 
 _T = TypeVar("_T")
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kmg]?)b?$", re.IGNORECASE)
@@ -87,6 +89,7 @@ def definition_from_labels(
         "command": label.optional("command", _argv),
         "query": label.optional("query", _argv),
         "approval": label.optional("approval", _approval),
+        "workspace": label.optional("workspace", _workspace) or WorkspaceAccess(),
         "config": dict(config or {}),
         "image": image,
         "image_id": image_id,
@@ -284,6 +287,23 @@ def _network(text: str) -> NetworkPolicy:
             f"{bad!r} is not host:port (e.g. mail.internal:8025, no wildcard); the label is "
             "`none` or host:port,…"
         ) from None
+
+
+def _workspace(text: str) -> WorkspaceAccess:
+    """``rw`` or ``ro``, optionally with where (``rw:/work``; default ``/workspace``), or
+    ``none``."""
+    mode, _, path = text.partition(":")
+    try:
+        access = WorkspaceMode(mode)
+    except ValueError:
+        raise ValueError(
+            f"the mode {mode[:20]!r} is not one of rw, ro or none (e.g. rw or ro:/work)"
+        ) from None
+    if access is WorkspaceMode.NONE:
+        if path:
+            raise ValueError("none takes no path (a tool that mounts nothing)")
+        return WorkspaceAccess()
+    return WorkspaceAccess(mode=access, path=mount_target(path or DEFAULT_MOUNT))
 
 
 def _argv(text: str) -> tuple[str, ...]:

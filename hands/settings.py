@@ -45,6 +45,13 @@ class HandsSettings(Frozen):
     docker_url: str | None = None
     runtime: str | None = None
     process_root: Path = Path(".hands/runs")
+    #: where this Hands keeps its sessions' working trees, its runs' workspace and
+    #: artifacts directories and its cache of workspace blobs (``BH_HANDS_WORKSPACE_CACHE``;
+    #: a path the Docker engine can bind-mount: on its host)
+    workspace_root: Path = Path(".hands/workspaces")
+    #: the most the blob cache keeps before the least recently used go
+    #: (``BH_HANDS_WORKSPACE_CACHE_SIZE``, e.g. ``2g``)
+    workspace_cache_bytes: int = Field(default=2 * 2**30, ge=0)
     concurrency: int = Field(default=4, ge=1, le=256)
     ack_wait: timedelta = timedelta(seconds=30)
     #: how long a claim gives the run to start beyond the tool's timeout (pulling,
@@ -134,6 +141,7 @@ class HandsSettings(Frozen):
             "docker_url": "DOCKER_HOST",
             "runtime": "BH_HANDS_RUNTIME",
             "process_root": "BH_HANDS_PROCESS_ROOT",
+            "workspace_root": "BH_HANDS_WORKSPACE_CACHE",
             "concurrency": "BH_HANDS_CONCURRENCY",
             "secret": "BH_HANDS_SECRET",
             "secret_file": "BH_HANDS_SECRET_FILE",
@@ -156,6 +164,8 @@ class HandsSettings(Frozen):
             values["warm"] = env["BH_HANDS_WARM"]
         if env.get("BH_HANDS_WARM_MEMORY"):
             values["warm_memory_bytes"] = parse_size(env["BH_HANDS_WARM_MEMORY"])
+        if env.get("BH_HANDS_WORKSPACE_CACHE_SIZE"):
+            values["workspace_cache_bytes"] = parse_size(env["BH_HANDS_WORKSPACE_CACHE_SIZE"])
         if env.get("BH_HANDS_MAX_DELIVER"):
             values["max_deliver"] = env["BH_HANDS_MAX_DELIVER"]
         if env.get("BH_HANDS_ID"):

@@ -25,6 +25,7 @@ from contracts import BrainhandsError, Operation
 from contracts.attempt import DEADLINE_VARIABLE
 from contracts.model import Frozen
 from contracts.tool import DispatchMode, Termination, ToolDefinition
+from hands.workspace.mount import RunMount
 
 if TYPE_CHECKING:
     from hands.sandbox.output import Capture
@@ -84,6 +85,10 @@ class RunSpec(Frozen):
     #: not there comes back ``absent`` (another Hands collected and removed it, or it was
     #: killed): reconnecting and reaping must never start the action a second time.
     collect_only: bool = False
+    #: the session's workspace and the run's artifacts directory as the sandbox mounts
+    #: them (host directories named by the operation, ``hands.workspace.mount``); None:
+    #: the run mounts nothing
+    workspace: RunMount | None = None
 
     def overdue_at(self) -> datetime:
         return self.deadline or datetime.now(UTC) + timedelta(seconds=self.tool.timeout_s)

@@ -86,6 +86,7 @@ from hands.sandbox.output import Capture
 from hands.sandbox.pool import WarmPool, pool_key
 from hands.sandbox.warm_runs import WarmRuns
 from hands.sandbox.watcher import Watcher
+from hands.workspace.mount import RunMount
 
 __all__ = ["DockerSandbox", "DockerSandboxConfig", "shared_memory_bytes"]
 
@@ -358,7 +359,10 @@ class DockerSandbox:
                 name=name,
                 environment=self._environment(spec, arguments),
                 labels=hardening.labels(spec, owner=self.config.owner),
-                host_config=self._host_config(spec.tool, await self._volumes(image)),
+                host_config=self._host_config(
+                    spec.tool, await self._volumes(image), spec.workspace
+                ),
+                working_dir=spec.workspace.path if spec.workspace is not None else None,
                 **hardening.create_options(kill_grace=self.config.kill_grace),
             )
             return str(created["Id"])
@@ -396,7 +400,9 @@ class DockerSandbox:
             await self._volumes(image)
         return self._entrypoint.get(image) is False
 
-    def _host_config(self, tool: ToolDefinition, volumes: list[str]) -> Any:
+    def _host_config(
+        self, tool: ToolDefinition, volumes: list[str], workspace: RunMount | None = None
+    ) -> Any:
         return hardening.host_config(
             self._api,
             tool,
@@ -404,6 +410,7 @@ class DockerSandbox:
             egress=self.config.egress,
             cpus=self._cpus,
             runtime=self.config.runtime,
+            workspace=workspace,
         )
 
     def _not_ours(self, container: dict[str, Any], spec: RunSpec) -> RunOutcome | None:

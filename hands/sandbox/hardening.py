@@ -5,9 +5,10 @@ cold run's container and a warm one (``hands.sandbox.pool``) get the same harden
 (``create_options``, ``host_config``): no network (or only the internal egress network),
 read-only root, a noexec tmpfs scratch, no capabilities, no-new-privileges, uid 65534,
 pids/memory(no swap)/CPU limits, an init that forwards signals, a capped ``local`` log
-(raw bytes), no mounts; optionally gVisor (``runsc``). The environment is exactly the
-``BH_*`` variables, the tool's ``config`` and the egress proxy's variables; the labels
-say whose run of which operation it is.
+(raw bytes), no mounts but its session's workspace and its artifacts directory (a run
+that mounts one: ``workspace_mounts``); optionally gVisor (``runsc``). The environment
+is exactly the ``BH_*`` variables, the tool's ``config`` and the egress proxy's
+variables; the labels say whose run of which operation it is.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hands.sandbox import (
     RunSpec,
     attempt_environment,
 )
+from hands.workspace.mount import ARTIFACTS_MOUNT, RunMount
 
 LABEL_EXECUTOR = "io.brainhands.executor"
 SANDBOX_USER = "65534:65534"
@@ -81,6 +83,7 @@ def environment(spec: RunSpec, arguments: str, egress: EgressRoute | None) -> di
         "BH_MODE": spec.mode.value,
         **spec.tool.config,
         **attempt_environment(spec),
+        **(spec.workspace.environment() if spec.workspace is not None else {}),
     }
     if spec.tool.network.allow:
         if egress is None:
@@ -129,6 +132,7 @@ def host_config(
     egress: EgressRoute | None,
     cpus: float | None,
     runtime: str | None,
+    workspace: RunMount | None = None,
 ) -> Any:
     """The container's host config: the defenses (``volumes``: the paths the image
     declares as ``VOLUME``, each masked; ``cpus``: the engine's, a cap on the share)."""
@@ -170,7 +174,30 @@ def host_config(
         ),
         restart_policy={"Name": "no"},
         runtime=runtime,
+        mounts=workspace_mounts(workspace),
     )
+
+
+def workspace_mounts(workspace: RunMount | None) -> list[Any]:
+    """The only mounts a run gets (``docs/hardening.md``): its session's working tree at
+    the tool's path, read-only for an ``ro`` tool, and its artifacts directory, both
+    host directories named by the operation; none for a run that mounts no workspace.
+    The Docker API sets no ``nosuid``/``nodev`` on a bind mount: their effect comes from
+    no-new-privileges (a setuid file raises nothing), no capabilities (no ``mknod``) and
+    the device cgroup, and a snapshot refuses such files."""
+    if workspace is None:
+        return []
+    return [
+        docker.types.Mount(
+            target=workspace.path,
+            source=str(workspace.tree),
+            type="bind",
+            read_only=not workspace.writable,
+        ),
+        docker.types.Mount(
+            target=ARTIFACTS_MOUNT, source=str(workspace.artifacts), type="bind", read_only=False
+        ),
+    ]
 
 
 def shared_memory_bytes(scratch_bytes: int) -> int:

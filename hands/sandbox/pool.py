@@ -57,6 +57,11 @@ class WarmPool:
         self._making: dict[str, int] = {}
 
     def size_for(self, tool: ToolDefinition) -> int:
+        """Warm containers kept for ``tool``: none for a tool that mounts a workspace (a
+        warm container is made before its run's tree exists, and mounts are fixed at
+        create: such runs always start cold)."""
+        if tool.workspace.mounts:
+            return 0
         return max(0, self.sizes.get(tool.name, self.sizes.get("*", 0)))
 
     def take(self, key: str) -> tuple[WarmContainer | None, list[WarmContainer]]:

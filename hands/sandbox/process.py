@@ -156,6 +156,7 @@ class ProcessSandbox:
             "BH_MODE": spec.mode.value,
             **spec.tool.config,
             **attempt_environment(spec),
+            **(spec.workspace.host_environment() if spec.workspace is not None else {}),
         }
         # The wrapper detaches (double fork, new session) and records its pid before this
         # returns: the run outlives this process, and is nobody's zombie.

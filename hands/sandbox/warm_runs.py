@@ -118,6 +118,8 @@ class WarmRuns:
         tool = spec.tool
         if spec.mode is not DispatchMode.RUN or tool.command is None:
             return False
+        if spec.workspace is not None:  # mounts are fixed at create: a cold start
+            return False
         if self.pool.size_for(tool) == 0 or not _DOCKER_SAFE_ID.fullmatch(spec.operation_id):
             return False
         if tool.network.allow and self._sandbox.config.egress is None:

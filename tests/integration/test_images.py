@@ -50,6 +50,7 @@ pytestmark = pytest.mark.docker
 SHIPPED = {
     "count": ("count", ReplayPolicy.UNSAFE),
     "echo": ("echo", ReplayPolicy.SAFE),
+    "edit-file": ("edit_file", ReplayPolicy.SAFE),
     "fail": ("fail", ReplayPolicy.SAFE),
     "http-get": ("http_get", ReplayPolicy.SAFE),
     "misbehave": ("misbehave", ReplayPolicy.SAFE),
@@ -207,6 +208,7 @@ CASES = [
     ),
     Case("python-exec", {"code": "1 / 0"}, 1, keys=("error", "stdout", "traceback", "truncated")),
     Case("misbehave", {"action": "exit", "code": 7}, 7, {"exit": 7}),
+    Case("edit-file", {"path": "a.py", "content": ""}, 1, keys=("error",)),
     Case("count", {"fail": True}, 3, {"error": "asked to fail"}, environment=_LEDGER),
     Case("count", {}, 75, keys=("error",), environment=_LEDGER),
     Case("http-get", {"url": "http://192.0.2.1/"}, 1, keys=("error",)),
