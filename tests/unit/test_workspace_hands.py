@@ -40,7 +40,6 @@ from hands.workspace.cache import BlobCache
 from hands.workspace.confined import checked
 from hands.workspace.flow import WorkspaceFlow
 from hands.workspace.snapshot import scan
-from hands.workspace.store import BlobVersions
 from hands.workspace.tree import materialise
 from session_store import SessionStore, open_store
 from tests.support.eventually import assert_eventually
@@ -93,22 +92,33 @@ sys.exit(args.get("exit", 0))
 """
 
 
-class CountingVersions(BlobVersions):
-    """The store's workspace side, counting the file blobs put."""
+class CountingVersions:
+    """The store's workspace side, counting the file blobs asked about and put."""
 
     def __init__(self, store: SessionStore) -> None:
-        super().__init__(store)
+        self._store = store.workspaces
         self.put: list[int] = []
         self.asked: list[set[str]] = []
 
     async def missing(self, digests: Iterable[str]) -> set[str]:
         wanted = set(digests)
         self.asked.append(wanted)
-        return await super().missing(wanted)
+        return await self._store.missing(wanted)
 
     async def put_file(self, data: bytes) -> BlobRef:
         self.put.append(len(data))
-        return await super().put_file(data)
+        return await self._store.put_file(data)
+
+    async def file(self, entry: ManifestEntry) -> bytes:
+        return await self._store.file(entry)
+
+    async def put_version(
+        self, manifest: Manifest, *, base: WorkspaceVersion | None
+    ) -> WorkspaceVersion:
+        return await self._store.put_version(manifest, base=base)
+
+    async def manifest(self, version: WorkspaceVersion) -> Manifest:
+        return await self._store.manifest(version)
 
 
 @dataclass
