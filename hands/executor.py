@@ -179,6 +179,7 @@ class Executor:
         self._forks: dict[str, str] = {}
         #: the workspaces of the calls that mount one (``hands.workspace.flow``)
         self.workspaces = workspaces or WorkspaceFlow.default(store)
+        self.workspaces.crash = self.crash
 
     async def handle(self, dispatch: Dispatch) -> OperationResult | None:
         """Bring ``dispatch``'s operation to a result and announce it. None: parked as

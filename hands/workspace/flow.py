@@ -66,6 +66,7 @@ from hands.workspace.mount import RunMount, mount_target
 from hands.workspace.snapshot import scan
 from hands.workspace.store import VersionStore, versions_of
 from hands.workspace.tree import EMPTY, TreeState, digests, materialise, stamp
+from runtime.crashpoints import CrashPoints
 from session_store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ class WorkspaceFlow:
         self._keep: dict[str, TreeState] = {}
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
         self._transfers = asyncio.Semaphore(_TRANSFERS)
+        #: the executor's crash points (``runtime.crashpoints``): the crash tests kill a
+        #: Hands before, during and after a snapshot's upload
+        self.crash = CrashPoints()
 
     @classmethod
     def default(cls, store: SessionStore) -> WorkspaceFlow:
@@ -326,8 +330,23 @@ class WorkspaceFlow:
         new = found.hashed - digests(held.manifest.entries)
         lacking = await self.versions.missing(new)
         paths = {e.digest: e.path for e in found.manifest.entries if e.digest in lacking}
-        await asyncio.gather(*(self._upload(digest, run, paths[digest]) for digest in lacking))
+        self.crash.reached("hands:workspace:before_upload")
+        refs = await asyncio.gather(
+            *(self._upload(digest, run, paths[digest], done=True) for digest in lacking)
+        )
         version = await self.versions.put_version(found.manifest, base=mount.base)
+        self.crash.reached("hands:workspace:version_put")
+        log.info(
+            "operation %s: version %s from %s: %d new blob(s), %d uploaded (%d bytes), "
+            "%d already in the store",
+            record.operation_id,
+            version.id[:12],
+            mount.base.id[:12] if mount.base else "the empty workspace",
+            len(new),
+            len(refs),
+            sum(ref.size for ref in refs),
+            len(new) - len(refs),
+        )
         self._remember(version.id, found.manifest)
         self._keep[record.operation_id] = TreeState(
             version.id, found.manifest, found.stats, held.stamp
@@ -358,21 +377,31 @@ class WorkspaceFlow:
         return tuple(published)
 
     async def _upload(
-        self, digest: str, run: RunDirectories, path: str | None, *, artifacts: str | None = None
+        self,
+        digest: str,
+        run: RunDirectories,
+        path: str | None,
+        *,
+        artifacts: str | None = None,
+        done: bool = False,
     ) -> BlobRef:
-        """Put one blob (from the cache, else the run's file, checked) in the store."""
+        """Put one blob (from the cache, else the run's file, checked) in the store
+        (``done``: a snapshot's file, whose upload is a crash point)."""
         async with self._transfers:
             data = await asyncio.to_thread(self.cache.read, digest)
             if data is None:
                 data = await asyncio.to_thread(_reread, run, path, artifacts, digest)
             try:
-                return await self.versions.put_file(data)
+                ref = await self.versions.put_file(data)
             except PayloadTooLarge as error:
                 raise WorkspaceTooLarge(
                     f"{path or artifacts!r} is {len(data):,} bytes: more than the store "
                     f"keeps in one blob ({error.message})",
                     path=path or artifacts,
                 ) from None
+        if done:
+            self.crash.reached("hands:workspace:uploaded")
+        return ref
 
     # -- the end ---------------------------------------------------------------------------
 
