@@ -8,6 +8,7 @@ stable codes (``BrainhandsError.from_info``): ``NotFound``, ``InvalidInput``...;
 ``events`` reads one connection of a session's event stream; ``follow`` reconnects
 after a dropped connection with ``Last-Event-ID``, so it yields every commit once.
 ``merge`` keeps a ``SessionView`` current with the ``CommitEvent``s that follow it.
+A session's workspace and artifacts are read with ``bh.workspace_client``'s methods.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, Final, TypeVar
 import httpx
 from pydantic import BaseModel, JsonValue, SecretStr, ValidationError
 
-from bh.api_client import ApiClient, error_of
+from bh.api_client import error_of
+from bh.workspace_client import WorkspaceClient
 from contracts import (
     CONTROL_DOCUMENT,
     BrainhandsError,
@@ -73,7 +75,7 @@ class Submitted(Frozen):
     created: bool
 
 
-class SessionApiClient(ApiClient):
+class SessionApiClient(WorkspaceClient):
     what = "Session API"
     url_variable = "BH_SESSION_API_URL"
     token_variable = "BH_SESSION_API_TOKEN"

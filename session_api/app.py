@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from contracts import InvalidInput
 from contracts.errors import ErrorBody
 from coordination import WakeQueue
+from session_api.artifacts import artifacts_router
 from session_api.console import COOKIE, Brains, console_router
 from session_api.context import ApiContext
 from session_api.inbox import inbox_router
@@ -30,6 +31,7 @@ from session_api.metrics import Backlog, SessionApiMetrics
 from session_api.sessions import sessions_router
 from session_api.stream import StreamSettings
 from session_api.views import Health
+from session_api.workspace import workspace_router
 from session_store import SessionStore
 from webapi import errors
 from webapi.auth import Access, BearerAuth, Grant, grants_of
@@ -91,7 +93,8 @@ def create_app(
         title="brainhands Session API",
         version=_version(),
         description="Submit input to sessions (idempotent by request id), cancel it, "
-        "and look at or follow a session's tasks, operations and entries.",
+        "and look at or follow a session's tasks, operations and entries, its workspace "
+        "and its artifacts.",
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
@@ -108,6 +111,8 @@ def create_app(
     app.include_router(
         inbox_router(context), dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED
     )
+    for router in (workspace_router(context), artifacts_router(context)):
+        app.include_router(router, dependencies=[Security(_BEARER)], responses=_UNAUTHORIZED)
     app.include_router(
         _metrics_router(SessionApiMetrics(backlog)),
         dependencies=[Security(_BEARER)],

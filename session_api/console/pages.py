@@ -49,6 +49,7 @@ from session_api.console.login import (
     read_form,
 )
 from session_api.console.timeline import timeline
+from session_api.console.workspace import workspace_pages
 from session_api.context import ApiContext
 from session_api.describe import session_view
 from session_api.listing import Listing
@@ -490,4 +491,5 @@ def console_router(
             await context.wake(body.into, "fork")
         return _back(_here(body.into), f"forked from {session_id} at commit {body.at}")
 
+    router.include_router(workspace_pages(context, _page, _reader))  # the Workspace tab
     return router

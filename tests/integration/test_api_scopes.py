@@ -159,7 +159,12 @@ def routes(app: FastAPI) -> list[tuple[str, str]]:
 
 
 def filled(path: str, tenant: str) -> str:
-    values = {"session_id": f"{tenant}:s1", "operation_id": f"op-{tenant}", "name": "act"}
+    values = {
+        "session_id": f"{tenant}:s1",
+        "operation_id": f"op-{tenant}",
+        "name": "act",
+        "path": "README.md",
+    }
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
 

@@ -55,6 +55,7 @@ from tests.support.images import tool_images
 from tests.support.kernel import kernel, kind
 from tests.support.otlp import Receiver, otlp_receiver
 from tests.support.services import missing
+from tests.support.workspaces import apply_version
 
 TOKEN = "console-token-0123456789"
 
@@ -268,6 +269,59 @@ async def test_a_session_of_fifty_tasks_draws_one_legible_row_per_task(
                 await page.locator("section.graph").screenshot(path=str(shot))
             finally:
                 await page.close()
+
+
+async def test_the_workspace_tab_draws_a_versions_tree_a_file_and_a_diff(
+    tmp_path: Path, chromium: Browser
+) -> None:
+    """Issue 32: from a session's page, its Workspace tab draws the latest version's
+    file tree (a file under its directory, indented), shows a file escaped, goes back
+    to an earlier version, and diffs two versions chosen in the form."""
+    async with kernel(tmp_path) as k:
+        await apply_version(k.store, "ws", WORKSPACE_V1, operation_id="op-1")
+        await apply_version(k.store, "ws", WORKSPACE_V2, operation_id="op-2")
+        app = create_app(store=k.store, wakes=None, token=SecretStr(TOKEN))
+        async with serve(app) as url:
+            page = await log_in(chromium, url, TOKEN)
+            try:
+                await page.goto(f"{url}/console/sessions/ws")
+                await page.click("nav.tabs a:has-text('Workspace')")
+                rows = page.locator("ol.tree.files li.path")
+                await expect(rows).to_have_count(4)  # pkg/, pkg/calc.py, NOTES.txt, page.html
+                calc = page.locator("li.path[data-path='pkg/calc.py']")
+                folder = page.locator("li.path[data-path='pkg']")
+                padding = "e => parseFloat(getComputedStyle(e).paddingLeft)"
+                assert await calc.evaluate(padding) > await folder.evaluate(padding)
+                await page.click("li.path[data-path='page.html'] a")
+                shown = page.locator("pre.file-text")
+                await expect(shown).to_have_text("<b>bold?</b>")  # text, not markup
+                await page.select_option("select[name=at]", "1")
+                await page.click("form.versions button[type=submit]")
+                await expect(rows).to_have_count(3)  # NOTES.txt came with version 2
+                await page.screenshot(
+                    path=str(shots(tmp_path) / "console-workspace.png"), full_page=True
+                )
+                await page.click("a:has-text('Diff between two versions')")
+                await page.select_option("select[name=from]", "1")
+                await page.select_option("select[name=to]", "2")
+                await page.click("form.versions button[type=submit]")
+                await expect(page.locator("li.change.added")).to_contain_text("NOTES.txt")
+                await expect(page.locator("li.change.changed")).to_contain_text("pkg/calc.py")
+                added = page.locator("pre.diff[data-path='pkg/calc.py'] span.add").last
+                await expect(added).to_have_text("+    return a + b")
+            finally:
+                await page.close()
+
+
+WORKSPACE_V1 = {
+    "pkg/calc.py": b"def add(a, b):\n    return a - b\n",
+    "page.html": b"<b>bold?</b>",
+}
+WORKSPACE_V2 = {
+    **WORKSPACE_V1,
+    "pkg/calc.py": b"def add(a, b):\n    return a + b\n",
+    "NOTES.txt": b"fixed\n",
+}
 
 
 async def test_a_page_refused_a_stream_follows_the_session_once_a_slot_is_free(

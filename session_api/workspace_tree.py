@@ -1,0 +1,153 @@
+"""A session's workspace as of a commit: its head version, that version's manifest, one
+path of it, and the versions the session applied — read from the store, the same for
+the API's routes and the console's pages.
+
+The head as of commit SEQ is ``SessionState.workspace`` of the state right after SEQ
+(``store.session_at``); the latest is the session's current state. The versions are
+read from the commit log: every commit that moved the head (``Commit.workspace``), with
+the operation whose applied result produced it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from datetime import datetime
+
+from contracts import CommitRecord, InvalidInput, NotFound
+from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
+from session_api.workspace_views import AppliedVersion, VersionView
+from session_store import SessionStore
+
+
+@dataclass(frozen=True)
+class Head:
+    """The session's workspace head right after commit ``seq`` (None: empty)."""
+
+    session_id: str
+    seq: int
+    committed_at: datetime | None
+    version: WorkspaceVersion | None
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A head that has a version, with its manifest."""
+
+    head: Head
+    version: WorkspaceVersion
+    manifest: Manifest
+
+    def find(self, path: str) -> ManifestEntry | None:
+        """The entry of ``path``; a directory the manifest only implies (a parent of
+        some entry) is a directory entry too."""
+        for entry in self.manifest.entries:
+            if entry.path == path:
+                return entry
+        if self.children(path):
+            return ManifestEntry(path=path, kind=EntryKind.DIR, mode=0o755)
+        return None
+
+    def children(self, path: str | None) -> list[ManifestEntry]:
+        """The entries right below ``path`` (None: the root), in path order."""
+        return [entry for entry in self.manifest.entries if _parent(entry.path) == path]
+
+
+async def head_at(store: SessionStore, session_id: str, at: int | None) -> Head:
+    """The head right after commit ``at`` (default: the latest); ``NotFound`` for a
+    session without commits or past its head."""
+    if at is None:
+        handle = await store.session(session_id)
+        if handle.seq == 0:
+            raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
+    else:
+        handle = await store.session_at(session_id, at)
+    state = handle.state
+    return Head(session_id, state.seq, state.updated_at, state.workspace)
+
+
+async def tree_at(store: SessionStore, session_id: str, at: int | None) -> Tree:
+    """The tree of the head right after commit ``at``; ``NotFound`` when the session has
+    no workspace (yet) then."""
+    head = await head_at(store, session_id, at)
+    if head.version is None:
+        raise NotFound(
+            f"session {session_id!r} has no workspace as of commit {head.seq}: no write "
+            "to its workspace was applied by then",
+            session_id=session_id,
+            seq=head.seq,
+        )
+    return Tree(head, head.version, await store.workspaces.manifest(head.version))
+
+
+async def manifest_of(store: SessionStore, version: WorkspaceVersion | None) -> Manifest:
+    """A version's manifest; None's is the empty workspace's."""
+    return Manifest() if version is None else await store.workspaces.manifest(version)
+
+
+def workspace_path(path: str) -> str:
+    """``path`` as a workspace path, or ``InvalidInput`` naming the field and the rule
+    (a path is never a filesystem path here: it only ever selects a manifest entry)."""
+    try:
+        return normal_path(path)
+    except ValueError as error:
+        raise InvalidInput(str(error), field="path", location="path") from None
+
+
+async def applied_versions(store: SessionStore, session_id: str) -> list[AppliedVersion]:
+    """Every version the session applied, oldest first, read from its log; a fork's
+    list starts with the head it was forked with. ``NotFound`` without commits."""
+    found: list[AppliedVersion] = []
+    seen = 0
+    async for record in store.history(session_id):
+        seen = record.seq
+        applied = await _applied(store, record)
+        if applied is not None:
+            found.append(applied)
+    if seen == 0:
+        raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
+    return found
+
+
+async def _applied(store: SessionStore, record: CommitRecord) -> AppliedVersion | None:
+    commit = record.commit
+    if commit.fork is not None:
+        forked = await store.session_at(record.session_id, record.seq)
+        version = forked.state.workspace
+        if version is None:
+            return None
+        origin = f"{commit.fork.session_id}@{commit.fork.seq}"
+        return AppliedVersion(
+            seq=record.seq,
+            committed_at=record.committed_at,
+            version=VersionView.of(version),
+            inherited_from=origin,
+        )
+    if commit.workspace is None:
+        return None
+    return AppliedVersion(
+        seq=record.seq,
+        operation_id=await _producer(store, record),
+        committed_at=record.committed_at,
+        version=VersionView.of(commit.workspace),
+    )
+
+
+async def _producer(store: SessionStore, record: CommitRecord) -> str | None:
+    """The operation whose applied result produced the commit's version: the one it
+    applied, or of several, the one whose result names that version."""
+    applied = record.commit.applied_operations
+    if len(applied) == 1:
+        return applied[0]
+    produced = record.commit.workspace
+    for operation_id in applied:
+        result = await store.get_operation_result(operation_id)
+        version = None if result is None else result.version
+        if version is not None and produced is not None and version.id == produced.id:
+            return operation_id
+    return None
+
+
+def _parent(path: str) -> str | None:
+    parent = posixpath.dirname(path)
+    return parent or None
