@@ -75,10 +75,24 @@ def demo(
             "send_email in process; kill it mid-batch and recover.",
         ),
     ] = False,
+    example: Annotated[
+        str,
+        typer.Option(
+            help="five-emails, or coding: the coding assistant's workspace through a "
+            "killed Brain and a killed Hands (the whole system)"
+        ),
+    ] = "five-emails",
 ) -> None:
     """The five-emails task on the whole system (scheduler, Session API, Brains, Hands
     in Docker): kill a Brain mid-tool and a Hands mid-send, recover, show who did what."""
     try:
+        if example == "coding":
+            from bh import demo_coding
+
+            asyncio.run(demo_coding.run(store))
+            return
+        if example != "five-emails":
+            raise typer.BadParameter(f"unknown example {example!r} (five-emails or coding)")
         if not embedded:
             from bh import demo_system
 

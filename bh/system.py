@@ -28,7 +28,7 @@ from rich.table import Table
 from bh import terminal
 from bh.deploy import SERVICES, Kind, service
 from bh.devstack.config import DevConfig
-from bh.example_stack import EXAMPLES, five_emails, register_tools
+from bh.example_stack import EXAMPLES
 from bh.fleet import Component, Fleet, from_table
 from coordination import redis_client
 from runtime.credentials import write_secret
@@ -80,7 +80,7 @@ def up(
     infra: Annotated[bool, typer.Option(help="run `bh dev up` first")] = True,
     example: Annotated[
         str | None,
-        typer.Option(help="also run an example's services and tools: five-emails"),
+        typer.Option(help="also run an example's services and tools: five-emails or coding"),
     ] = None,
     approve: Annotated[
         list[str] | None,
@@ -98,14 +98,15 @@ def up(
     plugins, tools, extra = list(plugin or []), list(sandboxed or []), []
     if example is not None:
         if example not in EXAMPLES:
-            raise typer.BadParameter(f"unknown example {example!r} (known: {EXAMPLES})")
-        chosen = five_emails(place.root, env)
+            raise typer.BadParameter(f"unknown example {example!r} (known: {', '.join(EXAMPLES)})")
+        chosen = EXAMPLES[example](place.root, env)
         env |= chosen.env
         plugins += chosen.plugins
         tools += chosen.sandboxed
         extra = [Component(name, argv, health) for name, (argv, health) in chosen.services.items()]
         docker_url = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        console.print(f"registered {register_tools(env['BH_STORE_URL'], docker_url)}")
+        for reference in chosen.register(env["BH_STORE_URL"], docker_url):
+            console.print(f"registered {reference}")
     rules = [arg for rule in approve or [] for arg in ("--approve", rule)]
     wanted = extra + _components(brains, hands, plugins, tools, sandbox, rules)
     fleet = Fleet(place.root, env, wanted, detached=True)

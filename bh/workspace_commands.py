@@ -9,6 +9,7 @@ partial file) or to stdout. Exit status 2 on an error, in the API's words.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient
 from bh.session_commands import ApiToken, ApiUrl, Json, SessionArg
 from contracts.workspace import EntryKind, ManifestEntry
-from session_api.workspace_views import Change, DiffView, PathView
+from session_api.workspace_views import Change, DiffView, PathView, VersionList
 
 app = typer.Typer(
     help="Read a session's workspace as of any commit (Session API).", no_args_is_help=True
@@ -118,7 +119,8 @@ def get(
 def diff(
     session_id: SessionArg,
     since: Annotated[
-        int, typer.Option("--from", min=1, help="From the workspace after this commit.")
+        int,
+        typer.Option("--from", min=0, help="From the workspace after this commit (0: empty)."),
     ],
     to: Annotated[
         int | None, typer.Option(min=1, help="To the workspace after this commit (default: now).")
@@ -145,17 +147,33 @@ def diff(
 @app.command()
 def versions(
     session_id: SessionArg,
+    with_diff: Annotated[
+        bool, typer.Option("--diff", help="Also show what each version changed.")
+    ] = False,
     api_url: ApiUrl = None,
     token: ApiToken = None,
     as_json: Json = False,
 ) -> None:
     """List the versions the session applied: the commit that made each the head, the
-    operation whose result produced it, its size."""
-    found = run_client(
-        SessionApiClient, api_url, token, lambda api: api.workspace_versions(session_id)
-    )
+    operation whose result produced it, its size (with ``--diff``, each one's change)."""
+
+    async def read(api: SessionApiClient) -> tuple[VersionList, list[DiffView]]:
+        found = await api.workspace_versions(session_id)
+        changes: list[DiffView] = []
+        if with_diff:
+            seqs = [applied.seq for applied in found.versions]
+            for before, seq in zip([0, *seqs], seqs, strict=False):
+                changes.append(await api.workspace_diff(session_id, since=before, to=seq))
+        return found, changes
+
+    found, changes = run_client(SessionApiClient, api_url, token, read)
     if as_json:
-        print_json(found)
+        if with_diff:  # one document: the versions and, in their order, their changes
+            document = found.model_dump(mode="json")
+            document["diffs"] = [change.model_dump(mode="json") for change in changes]
+            typer.echo(json.dumps(document, indent=2))
+        else:
+            print_json(found)
         return
     if not found.versions:
         console.print(f"{session_id} applied no write to its workspace yet.", highlight=False)
@@ -178,6 +196,10 @@ def versions(
             f"{applied.committed_at:%Y-%m-%d %H:%M:%S}",
         )
     console.print(table)
+    for applied, change in zip(found.versions, changes, strict=True):
+        console.rule(f"commit {applied.seq}: {applied.operation_id or 'forked'}", align="left")
+        for line in diff_lines(change) or [Text("(no change)")]:
+            console.print(line, highlight=False, soft_wrap=True)
 
 
 def entries_table(entries: list[ManifestEntry]) -> Table:

@@ -27,6 +27,7 @@ from session_api.workspace_tar import tar_stream
 from session_api.workspace_tree import (
     Tree,
     applied_versions,
+    empty_head,
     head_at,
     manifest_of,
     tree_at,
@@ -185,15 +186,21 @@ def workspace_router(context: ApiContext) -> APIRouter:
         session_id: SessionId,
         _: Reader,
         since: Annotated[
-            int, Query(alias="from", ge=1, description="From the workspace after this commit.")
+            int,
+            Query(
+                alias="from",
+                ge=0,
+                description="From the workspace after this commit (0: the empty one, before "
+                "the first commit).",
+            ),
         ],
         to: AtParam = None,
     ) -> DiffView:
         """What changed from the workspace after commit ``from`` to the one after commit
         ``to`` (default: the latest): added, removed and changed paths, with a unified
         diff for text files of bounded size. No workspace yet is the empty one."""
-        before = await head_at(store, session_id, since)
         after = await head_at(store, session_id, to)
+        before = await head_at(store, session_id, since) if since else empty_head(after)
         changes = await diff(
             store.workspaces.file,
             await manifest_of(store, before.version),

@@ -66,6 +66,11 @@ async def head_at(store: SessionStore, session_id: str, at: int | None) -> Head:
     return Head(session_id, state.seq, state.updated_at, state.workspace)
 
 
+def empty_head(later: Head) -> Head:
+    """The workspace before the session's first commit: empty."""
+    return Head(later.session_id, 0, None, None)
+
+
 async def tree_at(store: SessionStore, session_id: str, at: int | None) -> Tree:
     """The tree of the head right after commit ``at``; ``NotFound`` when the session has
     no workspace (yet) then."""

@@ -73,3 +73,37 @@ def test_bh_demo_runs_the_whole_system_and_recovers_both_kills(tmp_path: Path) -
     assert "brain-1 killed with SIGKILL right after relaying email 4" in result.stdout
     assert "hands-1 killed with SIGKILL while email 4's container" in result.stdout
     assert "Each email sent exactly once: yes; requested exactly once: yes" in result.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.nats
+@pytest.mark.slow
+def test_bh_demo_coding_keeps_the_workspace_whole_through_both_kills(tmp_path: Path) -> None:
+    """The coding assistant on the whole system: brain-1 dies right after the edit's
+    intent is committed, hands-1 as it starts the second test run; the second test run
+    is run again on hands-2 from its base, every applied call made one version, and the
+    final tree is the expected one byte for byte (``bh.demo_coding`` checks it)."""
+    tool_images()
+    store = f"sqlite:///{tmp_path}/demo.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "bh.cli", "demo", "--example", "coding", "--store", store],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert out.count("killed with SIGKILL") == 2, out[-6000:]
+    rows = re.findall(r"│ \d+ +│ \w+ +│ (\w+) +│ (hands-\d) ", result.stdout)
+    assert rows == [
+        ("write_files", "hands-1"),
+        ("run_command", "hands-1"),
+        ("write_files", "hands-1"),
+        ("run_command", "hands-2"),
+    ], out[-6000:]
+    assert "One version per applied call: yes (4)" in out
+    assert "the final tree equals the expected tree byte for byte: yes" in out
+    assert "fix.patch" in out and "test-report.txt" in out

@@ -58,6 +58,8 @@ SHIPPED = {
     "send-email": ("send_email", ReplayPolicy.UNSAFE),
     "shell": ("shell", ReplayPolicy.UNSAFE),
     "sleep": ("sleep", ReplayPolicy.SAFE),
+    "workspace-run": ("run_command", ReplayPolicy.SAFE),
+    "workspace-write": ("write_files", ReplayPolicy.SAFE),
 }
 DECLARED = [
     "name",
@@ -208,7 +210,10 @@ CASES = [
     ),
     Case("python-exec", {"code": "1 / 0"}, 1, keys=("error", "stdout", "traceback", "truncated")),
     Case("misbehave", {"action": "exit", "code": 7}, 7, {"exit": 7}),
+    # without a mounted workspace (docs/workspaces.md) these refuse, naming what is missing
     Case("edit-file", {"path": "a.py", "content": ""}, 1, keys=("error",)),
+    Case("workspace-run", {"command": "true"}, 1, keys=("error",)),
+    Case("workspace-write", {"files": {"a.py": ""}}, 1, keys=("error",)),
     Case("count", {"fail": True}, 3, {"error": "asked to fail"}, environment=_LEDGER),
     Case("count", {}, 75, keys=("error",), environment=_LEDGER),
     Case("http-get", {"url": "http://192.0.2.1/"}, 1, keys=("error",)),

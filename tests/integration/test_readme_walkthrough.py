@@ -129,3 +129,29 @@ def _typed(block: str) -> str:
             typed.append("sleep 2")
             submitting = False
     return "\n".join(typed)
+
+
+WORKSPACES = "## Workspaces"
+
+
+@pytest.mark.docker
+def test_the_workspaces_block_runs_as_written(tmp_path: Path) -> None:
+    """The coding assistant on ``bh up`` as the README types it: the tests fail, the
+    file is fixed, they pass; every version's change, the tree, a file and the artifacts
+    read back through ``bh``."""
+    require("BH_REDIS_URL", "Redis")
+    require("BH_NATS_URL", "NATS JetStream")
+    tool_images()
+    (block,) = blocks(WORKSPACES)
+    script = "set -e\n. .venv/bin/activate\n" + _typed(block)
+    store = {"BH_STORE_URL": f"sqlite:///{tmp_path}/store.db"}
+    done = typed_into_a_new_shell(script, timeout=600, extra=store)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-8000:]
+    assert "answered" in out, out[-6000:]
+    # each version's change: the package added, then the one line of the fix
+    assert "A calc/__init__.py" in out and "M calc/__init__.py" in out, out[-6000:]
+    assert "-    return sum(values) / (len(values) - 1)" in out, out[-6000:]
+    assert "+    return sum(values) / len(values)" in out, out[-6000:]
+    for name in ("create.patch", "test-report-1.txt", "fix.patch", "test-report.txt"):
+        assert name in out, out[-6000:]

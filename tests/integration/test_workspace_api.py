@@ -248,6 +248,12 @@ async def test_bh_reads_the_workspace_and_its_artifacts(api: Api, tmp_path: Path
     assert as_json["from_seq"] == 1 and len(as_json["changes"]) == 2
     versions = await bh("workspace", "versions", "w1")
     assert "op-write-1" in versions.output and "op-write-2" in versions.output
+    each = await bh("workspace", "versions", "w1", "--diff")
+    assert each.exit_code == 0, each.output
+    # each version's change in turn: the first adds the file, the second changes it
+    assert 0 < each.output.index("A pkg/calc.py") < each.output.index("M pkg/calc.py")
+    documents = json.loads((await bh("workspace", "versions", "w1", "--diff", "--json")).output)
+    assert [d["to_seq"] for d in documents["diffs"]] == [v["seq"] for v in documents["versions"]]
 
     artifacts = await bh("artifacts", "ls", "w1")
     assert "report.txt" in artifacts.output and "patch.diff" in artifacts.output
