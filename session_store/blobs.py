@@ -66,8 +66,10 @@ class BlobStore:
         return data
 
     async def delete(self, ref: BlobRef) -> None:
-        """Remove a blob that no record refers to any more (the caller knows it)."""
+        """Remove a blob that no record refers to any more (the caller knows it): its
+        ref item first, so a crash never leaves one claiming chunks that are gone."""
         partition = layout.blob_partition(ref.digest)
+        await self._backend.delete(partition, layout.BLOB_REF_ITEM)
         await asyncio.gather(
             *(
                 self._backend.delete(partition, layout.chunk_item(ref.chunk_bytes, n))

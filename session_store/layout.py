@@ -13,6 +13,7 @@ partition                               item                        value
 ``session/<sid>/ops``                   operation id                empty (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
+``blob/<sha256>``                       ``ref``                     BlobRef (JSON): whole
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
 ``op/<operation id>/preview``           ``preview``                 OutputPreview (JSON)
@@ -120,6 +121,11 @@ def quiet_partitions() -> list[str]:
 
 def blob_partition(digest: str) -> str:
     return f"blob/{digest}"
+
+
+#: a workspace blob's ref item, written once all of its chunks are: the blob is whole
+#: (``session_store.workspaces``); it sorts after every chunk item
+BLOB_REF_ITEM = "ref"
 
 
 def operation_partition(operation_id: str) -> str:

@@ -39,6 +39,7 @@ from session_store.log import CommitLog
 from session_store.operations import OperationLog
 from session_store.settings import StoreSettings
 from session_store.uploads import Uploads
+from session_store.workspaces import WorkspaceStore
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class SessionStore:
         self.directory = SessionDirectory(backend)
         #: each Hands' last beat, for operators (``session_store.fleet``)
         self.fleet = Fleet(backend)
+        #: workspace files and versions (``session_store.workspaces``)
+        self.workspaces = WorkspaceStore(backend, self.blobs)
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(

@@ -1,0 +1,215 @@
+"""Workspace versions in the store: file contents and manifests as blobs (``docs/workspaces.md``).
+
+A Hands asks which file blobs the store lacks (``missing``), uploads only those
+(``put_file``) and records the tree as a version (``put_version``); any Hands reads a
+version back (``manifest``, ``file``). Every file blob is content-addressed in the
+store's blob space (``session_store.blobs``); once all of its chunks are written, a small
+**ref item** beside them (``layout.BLOB_REF_ITEM``: the ``BlobRef``, chunk size
+included) says the blob is whole. ``missing`` reads only those ref items — never the
+content — and a reader finds a file's chunks from its manifest entry's digest alone.
+
+A version is never partial: ``put_version`` refuses a manifest whose files are not all
+in the store, and writes the manifest (``Manifest.canonical()``) as a blob whose digest
+is the version's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, TypeVar
+
+from pydantic import ValidationError
+
+from contracts import BlobRef, CorruptRecord, InvalidInput, NotFound
+from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
+from session_store import layout
+from session_store.backend import Backend, ItemExists
+from session_store.blobs import BlobStore
+
+#: requests to the backend one workspace call keeps in flight at once
+CONCURRENCY: Final = 32
+#: the media type of a manifest's blob
+MANIFEST_MEDIA_TYPE: Final = "application/vnd.brainhands.workspace-manifest+json"
+#: digests a refusal names at most
+_NAMED: Final = 5
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class WorkspaceStore:
+    """Files and versions of workspaces on one store (``SessionStore.workspaces``)."""
+
+    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
+        self._backend = backend
+        self._blobs = blobs
+
+    async def missing(self, digests: Iterable[str]) -> set[str]:
+        """The file blobs (by SHA-256) the store does not hold whole yet: a Hands
+        uploads only those. Reads one small ref item per digest, never a file."""
+        wanted = sorted(set(digests))
+        for digest in wanted:
+            _check_digest(digest)
+        refs = await _bounded(self._ref, wanted)
+        return {digest for digest, ref in zip(wanted, refs, strict=True) if ref is None}
+
+    async def put_file(self, data: bytes) -> BlobRef:
+        """A file's content as a content-addressed blob, then its ref item (so the blob
+        counts as present only once every chunk is there)."""
+        return await self._put_whole(data, "application/octet-stream")
+
+    async def file(self, entry: ManifestEntry) -> bytes:
+        """A file's bytes by its manifest entry: ``NotFound`` when its blob is not in the
+        store, ``CorruptRecord`` when it is damaged or not the size the entry says."""
+        if entry.kind is not EntryKind.FILE or entry.digest is None:
+            raise InvalidInput(f"{entry.path} is a {entry.kind.value}, not a file")
+        ref = await self._ref(entry.digest)
+        if ref is None:
+            raise NotFound(
+                f"file {entry.path}: its blob {entry.digest} is not in the store",
+                digest=entry.digest,
+            )
+        if ref.size != entry.size:
+            raise CorruptRecord(
+                f"file {entry.path}: its blob holds {ref.size:,} bytes, the manifest says "
+                f"{entry.size:,}",
+                digest=entry.digest,
+            )
+        return await self._blobs.get(ref)  # checks every byte against the digest
+
+    async def put_version(
+        self, manifest: Manifest, *, base: WorkspaceVersion | None
+    ) -> WorkspaceVersion:
+        """Record ``manifest`` as a version made from ``base`` (None: the empty
+        workspace). ``InvalidInput`` for a manifest a workspace may not hold or whose
+        files are not all in the store with the sizes it says."""
+        manifest = checked_manifest(manifest)
+        await self._check_files(manifest)
+        ref = await self._put_whole(manifest.canonical(), MANIFEST_MEDIA_TYPE)
+        return WorkspaceVersion(
+            id=ref.digest,
+            manifest=ref,
+            base=base.id if base is not None else None,
+            files=manifest.files,
+            size=manifest.size,
+        )
+
+    async def manifest(self, version: WorkspaceVersion) -> Manifest:
+        """The version's manifest, read and checked: ``NotFound`` when its blob is not in
+        the store, ``CorruptRecord`` when it is damaged or is not the version's."""
+        if version.manifest.digest != version.id:
+            raise InvalidInput(
+                f"version {version.id} names manifest blob {version.manifest.digest}; "
+                "a version's id is its manifest's digest"
+            )
+        data = await self._blobs.get(version.manifest)  # checks the digest
+        try:
+            manifest = checked_manifest(Manifest.model_validate_json(data))
+        except (ValidationError, InvalidInput) as error:
+            raise CorruptRecord(
+                f"manifest of version {version.id} is not a valid manifest: {_first(error)}",
+                version=version.id,
+            ) from None
+        if manifest.canonical() != data:
+            raise CorruptRecord(
+                f"manifest of version {version.id} is not in canonical form",
+                version=version.id,
+            )
+        return manifest
+
+    async def has_version(self, version: WorkspaceVersion) -> bool:
+        """Whether the version's manifest blob is whole in the store (a commit's check:
+        one small read, not the manifest)."""
+        if version.manifest.digest != version.id:
+            return False
+        return await self._ref(version.id) is not None
+
+    async def _put_whole(self, data: bytes, media_type: str) -> BlobRef:
+        ref = await self._blobs.put(data, media_type)
+        # ItemExists: another writer finished the same content first; its chunks are whole
+        with contextlib.suppress(ItemExists):
+            await self._backend.create(
+                layout.blob_partition(ref.digest), layout.BLOB_REF_ITEM, _ref_bytes(ref)
+            )
+        return ref
+
+    async def _ref(self, digest: str) -> BlobRef | None:
+        data = await self._backend.get(layout.blob_partition(digest), layout.BLOB_REF_ITEM)
+        if data is None:
+            return None
+        try:
+            ref = BlobRef.model_validate_json(data)
+        except ValidationError:
+            return None  # a damaged ref item: the blob counts as missing and is put again
+        return ref if ref.digest == digest else None
+
+    async def _check_files(self, manifest: Manifest) -> None:
+        files = [entry for entry in manifest.entries if entry.digest is not None]
+        refs = await _bounded(self._ref, [entry.digest or "" for entry in files])
+        absent = [entry for entry, ref in zip(files, refs, strict=True) if ref is None]
+        if absent:
+            raise InvalidInput(
+                f"{len(absent):,} file(s) of the manifest are not in the store (first: "
+                f"{', '.join(entry.path for entry in absent[:_NAMED])}); upload them "
+                "(put_file) before recording the version",
+                missing=[entry.digest for entry in absent[:_NAMED]],
+            )
+        for entry, ref in zip(files, refs, strict=True):
+            if ref is not None and ref.size != entry.size:
+                raise InvalidInput(
+                    f"file {entry.path}: the manifest says {entry.size:,} bytes, its blob "
+                    f"holds {ref.size:,}",
+                    path=entry.path,
+                )
+
+
+def checked_manifest(manifest: Manifest) -> Manifest:
+    """``manifest`` validated again (it may have been built without validation) and
+    checked for what a tree cannot be: a path not in normal form, or a path under a
+    file or a link (restoring it would write through the link). ``InvalidInput``."""
+    try:
+        manifest = Manifest.model_validate(manifest.model_dump(warnings=False))
+    except ValidationError as error:
+        raise InvalidInput(f"not a valid workspace manifest: {_first(error)}") from None
+    kinds = {entry.path: entry.kind for entry in manifest.entries}
+    for entry in manifest.entries:
+        if normal_path(entry.path) != entry.path:
+            raise InvalidInput(f"workspace path {entry.path[:80]!r} is not in normal form")
+        parent, _, _ = entry.path.rpartition("/")
+        while parent:
+            if kinds.get(parent, EntryKind.DIR) is not EntryKind.DIR:
+                raise InvalidInput(
+                    f"workspace path {entry.path[:80]!r} is under {parent[:80]!r}, which "
+                    f"is a {kinds[parent].value}, not a directory"
+                )
+            parent, _, _ = parent.rpartition("/")
+    return manifest
+
+
+def _check_digest(digest: str) -> None:
+    if len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise InvalidInput(f"{digest[:80]!r} is not a SHA-256 digest (64 hex digits)")
+
+
+def _ref_bytes(ref: BlobRef) -> bytes:
+    return json.dumps(ref.model_dump(mode="json"), sort_keys=True).encode()
+
+
+def _first(error: ValidationError | InvalidInput) -> str:
+    if isinstance(error, InvalidInput):
+        return error.message
+    return str(error.errors()[0]["msg"])
+
+
+async def _bounded(call: Callable[[T], Awaitable[R]], items: list[T]) -> list[R]:
+    """``call`` on every item, ``CONCURRENCY`` at a time, results in order."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(item: T) -> R:
+        async with gate:
+            return await call(item)
+
+    return list(await asyncio.gather(*(one(item) for item in items)))
