@@ -91,7 +91,13 @@ class SessionStore:
             inline_limit=min(settings.baseline_inline_bytes, settings.max_record_bytes // 2),
         )
         self._log = CommitLog(
-            backend, self._baselines, self._archive, self.index, settings, self.directory
+            backend,
+            self._baselines,
+            self._archive,
+            self.index,
+            settings,
+            self.directory,
+            self.workspaces,
         )
         self._background: set[asyncio.Task[None]] = set()
 

@@ -9,9 +9,9 @@ import hashlib
 
 import pytest
 
-from contracts import CorruptRecord, InvalidInput, NotFound
+from contracts import Commit, ConflictError, CorruptRecord, InvalidInput, NotFound
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion
-from session_store import layout
+from session_store import SessionStore, layout
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = pytest.mark.store
@@ -201,3 +201,104 @@ async def test_a_hostile_manifest_is_refused_and_nothing_is_written(
     )
     with pytest.raises(InvalidInput, match=complaint):
         await store.workspaces.put_version(hostile, base=None)
+
+
+# --- the head --------------------------------------------------------------------------
+
+F = 1  # the lease holder's fence
+
+
+async def version_of(
+    store: SessionStore, files: dict[str, bytes], base: WorkspaceVersion | None
+) -> WorkspaceVersion:
+    for data in files.values():
+        await store.workspaces.put_file(data)
+    return await store.workspaces.put_version(tree(files), base=base)
+
+
+async def test_a_commit_moves_the_head_and_a_reload_keeps_it(location: StoreLocation) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    assert handle.state.workspace is None  # the empty workspace
+    first = await version_of(store, {"a.py": b"1"}, None)
+    await handle.commit(Commit(workspace=first), fence=F)
+    second = await version_of(store, {"a.py": b"2"}, first)
+    await handle.commit(Commit(workspace=second), fence=F)
+    assert handle.state.workspace == second
+    assert (await (await location.open()).session("s1")).state.workspace == second
+
+
+async def test_a_version_not_made_from_the_head_is_refused(location: StoreLocation) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    first = await version_of(store, {"a.py": b"1"}, None)
+    await handle.commit(Commit(workspace=first), fence=F)
+    stale = await version_of(store, {"b.py": b"2"}, None)  # made from the empty workspace
+    with pytest.raises(ConflictError, match="base"):
+        await handle.commit(Commit(workspace=stale), fence=F)
+    assert (handle.seq, handle.state.workspace) == (1, first)
+    reloaded = await (await location.open()).session("s1")
+    assert (reloaded.seq, reloaded.state.workspace) == (1, first)
+
+
+async def test_a_version_whose_manifest_is_not_in_the_store_is_refused(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    manifest = tree({"a.py": b"1"})
+    never_written = WorkspaceVersion(
+        id=manifest.version_id(), manifest=store.blobs.ref_of(manifest.canonical())
+    )
+    with pytest.raises(InvalidInput, match="not in the store"):
+        await handle.commit(Commit(workspace=never_written), fence=F)
+    mismatched = never_written.model_copy(update={"id": "0" * 64})
+    with pytest.raises(InvalidInput, match="digest"):
+        await handle.commit(Commit(workspace=mismatched), fence=F)
+    assert handle.seq == 0
+
+
+async def test_only_the_lease_holder_moves_the_head(location: StoreLocation) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    first = await version_of(store, {"a.py": b"1"}, None)
+    with pytest.raises(InvalidInput, match="workspace"):
+        await handle.commit(Commit(workspace=first), fence=None)
+
+
+async def heads(store: SessionStore, session_id: str, count: int) -> list[WorkspaceVersion]:
+    """``count`` commits each moving the head to a new version."""
+    handle = await store.session(session_id)
+    made: list[WorkspaceVersion] = []
+    for n in range(count):
+        version = await version_of(store, {"a.py": str(n).encode()}, made[-1] if made else None)
+        await handle.commit(Commit(workspace=version), fence=F)
+        made.append(version)
+    return made
+
+
+async def test_session_at_gives_the_head_as_of_a_commit_across_baselines(
+    location: StoreLocation,
+) -> None:
+    store = await location.open(baseline_every=2)
+    made = await heads(store, "s1", 5)
+    await store.flush()
+    reader = await location.open(baseline_every=2)
+    for seq, version in enumerate(made, start=1):
+        assert (await reader.session_at("s1", seq)).state.workspace == version
+    assert (await reader.session("s1")).state.workspace == made[-1]
+
+
+async def test_a_fork_starts_from_the_head_at_the_fork_point(location: StoreLocation) -> None:
+    store = await location.open(baseline_every=2)
+    made = await heads(store, "s1", 4)
+    fork = await store.fork("s1", at=2, into="s1-fork")
+    assert fork.state.workspace == made[1]
+    # the fork writes on from there, sharing blobs; the origin is untouched
+    following = await version_of(store, {"a.py": b"fork"}, made[1])
+    await fork.commit(Commit(workspace=following), fence=F)
+    await store.flush()
+    reader = await location.open()
+    assert (await reader.session("s1-fork")).state.workspace == following
+    assert (await reader.session_at("s1-fork", 1)).state.workspace == made[1]
+    assert (await reader.session("s1")).state.workspace == made[-1]
