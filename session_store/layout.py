@@ -11,6 +11,7 @@ partition                               item                        value
 ``session/<sid>/submissions``           request id                  ArchivedSubmission
 ``session/<sid>/applied``               operation id                AppliedMark (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
+``session/<sid>/workspace``             <seq, 16 digits>.<commit>   AppliedVersion (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``blob/<sha256>``                       ``ref``                     BlobRef (JSON): whole
@@ -91,6 +92,11 @@ UPLOAD_PREFIX = "-upload."  # sorts before every seq item: ``last`` is always a 
 
 def upload_item(digest: str) -> str:
     return f"{UPLOAD_PREFIX}{digest}"
+
+
+def versions_partition(session_id: str) -> str:
+    """The versions index of a session (``session_store.versions``)."""
+    return f"session/{_session(session_id)}/workspace"
 
 
 def session_operations_partition(session_id: str) -> str:

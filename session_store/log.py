@@ -34,7 +34,7 @@ from contracts import (
     ReadOnlyStore,
     utcnow,
 )
-from contracts.workspace import WorkspaceVersion
+from contracts.workspace import AppliedVersion, WorkspaceVersion
 from session_store import layout
 from session_store.archive import Archive
 from session_store.backend import Backend, ItemExists
@@ -44,6 +44,7 @@ from session_store.directory import SessionDirectory
 from session_store.index import ActiveIndex
 from session_store.settings import StoreSettings
 from session_store.state import SessionState, active_after, apply, check, forked
+from session_store.versions import VersionIndex
 from session_store.workspaces import WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class CommitLog:
         settings: StoreSettings,
         directory: SessionDirectory,
         workspaces: WorkspaceStore,
+        versions: VersionIndex,
     ) -> None:
         self._backend = backend
         self._baselines = baselines
@@ -66,6 +68,7 @@ class CommitLog:
         self._index = index
         self._directory = directory
         self._workspaces = workspaces
+        self._versions = versions
         self._settings = settings
 
     async def load(self, session_id: str) -> tuple[SessionState, int, Loaded]:
@@ -179,6 +182,17 @@ class CommitLog:
             limit=self._settings.max_record_bytes,
             what=f"commit {record.seq} of session {state.session_id}",
         )
+        if commit.workspace is not None:  # first: an applied version is never unindexed
+            await self._versions.record(
+                state.session_id,
+                AppliedVersion(
+                    session_id=state.session_id,
+                    seq=record.seq,
+                    commit_id=record.commit_id,
+                    version=commit.workspace,
+                    operations=commit.applied_operations,
+                ),
+            )
         was_active = state.is_active
         becomes_active = active_after(state if adopted is None else adopted, commit)
         if becomes_active and not was_active:

@@ -26,6 +26,7 @@ from contracts import (
     OutputPreview,
 )
 from contracts.model import check_id
+from contracts.workspace import AppliedVersion
 from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
@@ -39,6 +40,7 @@ from session_store.log import CommitLog
 from session_store.operations import OperationLog
 from session_store.settings import StoreSettings
 from session_store.uploads import Uploads
+from session_store.versions import VersionIndex
 from session_store.workspaces import WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class SessionStore:
         self.fleet = Fleet(backend)
         #: workspace files and versions (``session_store.workspaces``)
         self.workspaces = WorkspaceStore(backend, self.blobs)
+        self._versions = VersionIndex(backend, read_only=read_only)
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
@@ -98,6 +101,7 @@ class SessionStore:
             settings,
             self.directory,
             self.workspaces,
+            self._versions,
         )
         self._background: set[asyncio.Task[None]] = set()
 
@@ -185,6 +189,21 @@ class SessionStore:
             spawn=self._keep,
             problems=loaded.problems,
         )
+
+    async def workspace_versions(
+        self, session_id: str, *, until: int | None = None
+    ) -> list[AppliedVersion]:
+        """The workspace versions the session applied (up to commit ``until``), oldest
+        first: each with the commit that made it the head and the operations that commit
+        applied; a fork's list begins with its origin's up to the fork point. Read from
+        the versions index (``session_store.versions``), not by replaying the log."""
+        _check_identifier(session_id, "session id")
+        first = await self.commits(session_id, limit=1)
+        fork = first[0].commit.fork if first else None
+        origin = None
+        if fork is not None:
+            origin = (await self.session(session_id)).state.origin
+        return await self._versions.applied(session_id, origin, until=until)
 
     async def intent(self, session_id: str, operation_id: str) -> Intent | None:
         """The committed intent of ``operation_id`` in the session's log (its current

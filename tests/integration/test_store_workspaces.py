@@ -12,6 +12,7 @@ import pytest
 from contracts import Commit, ConflictError, CorruptRecord, InvalidInput, NotFound
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion
 from session_store import SessionStore, layout
+from tests.support.builders import small_commit
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
 pytestmark = pytest.mark.store
@@ -302,3 +303,57 @@ async def test_a_fork_starts_from_the_head_at_the_fork_point(location: StoreLoca
     assert (await reader.session("s1-fork")).state.workspace == following
     assert (await reader.session_at("s1-fork", 1)).state.workspace == made[1]
     assert (await reader.session("s1")).state.workspace == made[-1]
+
+
+# --- the versions index ------------------------------------------------------------------
+
+
+async def test_the_versions_a_session_applied_are_listed_by_commit(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    handle = await store.session("s1")
+    first = await version_of(store, {"a.py": b"1"}, None)
+    await handle.commit(Commit(workspace=first, applied_operations=("op-1",)), fence=F)
+    commit, _ = small_commit(0, None)
+    await handle.commit(commit, fence=F)  # no version: not listed
+    second = await version_of(store, {"a.py": b"2"}, first)
+    await handle.commit(Commit(workspace=second), fence=F)
+    listed = await (await location.open()).workspace_versions("s1")
+    assert [(v.seq, v.version, v.operations) for v in listed] == [
+        (1, first, ("op-1",)),
+        (3, second, ()),
+    ]
+    assert [v.seq for v in await store.workspace_versions("s1", until=2)] == [1]
+
+
+async def test_a_racing_writers_entry_is_dropped_and_the_winners_kept(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    winner, loser = await store.session("s1"), await (await location.open()).session("s1")
+    ours = await version_of(store, {"a.py": b"ours"}, None)
+    theirs = await version_of(store, {"a.py": b"theirs"}, None)
+    await winner.commit(Commit(workspace=ours), fence=F)
+    with pytest.raises(ConflictError):
+        await loser.commit(Commit(workspace=theirs), fence=F)  # its entry was written first
+    partition = layout.versions_partition("s1")
+    assert len(await store.backend.keys(partition)) == 2
+    assert [v.version for v in await store.workspace_versions("s1")] == [ours]
+    assert len(await store.backend.keys(partition)) == 1  # the false entry is repaired away
+
+
+async def test_a_forks_versions_begin_with_its_origins_up_to_the_fork_point(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    made = await heads(store, "s1", 3)
+    fork = await store.fork("s1", at=2, into="s1-fork")
+    following = await version_of(store, {"a.py": b"fork"}, made[1])
+    await fork.commit(Commit(workspace=following), fence=F)
+    listed = await store.workspace_versions("s1-fork")
+    assert [(v.session_id, v.seq, v.version) for v in listed] == [
+        ("s1", 1, made[0]),
+        ("s1", 2, made[1]),
+        ("s1-fork", 2, following),
+    ]
