@@ -181,3 +181,15 @@ class AppliedVersion(Frozen):
     commit_id: str
     version: WorkspaceVersion
     operations: tuple[str, ...] = ()
+
+
+#: the control-document member that holds a session's ``WorkspaceRetention``
+RETENTION: Final = "retention"
+
+
+class WorkspaceRetention(Frozen):
+    """How many of its latest applied versions a session keeps (control document member
+    ``retention``). Whatever this says, the versions its open calls mount or produced
+    are kept too, and a fork keeps its own (``docs/workspaces.md``, "Retention")."""
+
+    keep_versions: int = Field(default=10, ge=1, le=100_000)

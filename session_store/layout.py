@@ -15,6 +15,8 @@ partition                               item                        value
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``blob/<sha256>``                       ``ref``                     BlobRef (JSON): whole
+``workspace/touched/<shard>``           sha256                      Touch (JSON)
+``workspace/condemned``                 sha256                      Touch (JSON)
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
 ``op/<operation id>/preview``           ``preview``                 OutputPreview (JSON)
@@ -127,6 +129,15 @@ def quiet_partitions() -> list[str]:
 
 def blob_partition(digest: str) -> str:
     return f"blob/{digest}"
+
+
+def touched_partition(digest: str) -> str:
+    """Where a workspace blob's last touch is (``session_store.collection``)."""
+    return f"workspace/touched/{digest[:1]}"
+
+
+#: workspace blobs a collector is deleting (``session_store.collection``)
+CONDEMNED_PARTITION = "workspace/condemned"
 
 
 #: a workspace blob's ref item, written once all of its chunks are: the blob is whole

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import timedelta
 from types import TracebackType
 
 from pydantic import JsonValue
@@ -26,12 +27,13 @@ from contracts import (
     OutputPreview,
 )
 from contracts.model import check_id
-from contracts.workspace import AppliedVersion
+from contracts.workspace import AppliedVersion, WorkspaceVersion
 from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
 from session_store.catalog import ToolCatalog
+from session_store.collection import Collector, Touches, retention_of
 from session_store.directory import SessionDirectory
 from session_store.fleet import Fleet
 from session_store.handle import SessionHandle
@@ -80,8 +82,19 @@ class SessionStore:
         #: each Hands' last beat, for operators (``session_store.fleet``)
         self.fleet = Fleet(backend)
         #: workspace files and versions (``session_store.workspaces``)
-        self.workspaces = WorkspaceStore(backend, self.blobs)
         self._versions = VersionIndex(backend, read_only=read_only)
+        touches = Touches(backend, self.clock)
+        self.workspaces = WorkspaceStore(backend, self.blobs, touches)
+        self.workspaces.collector = Collector(
+            backend,
+            touches,
+            self.clock,
+            sessions=self._every_session,
+            retained=self.retained_versions,
+            indexed=self._indexed_versions,
+            manifest=self.workspaces.manifest,
+            grace=timedelta(seconds=settings.workspace_grace_seconds),
+        )
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
@@ -204,6 +217,35 @@ class SessionStore:
         if fork is not None:
             origin = (await self.session(session_id)).state.origin
         return await self._versions.applied(session_id, origin, until=until)
+
+    async def retained_versions(self, session_id: str) -> list[WorkspaceVersion]:
+        """The versions a collection keeps for the session: its head, the last
+        ``keep_versions`` it applied (its ``retention``), the bases its open calls mount
+        and the versions their stored results produced (``docs/workspaces.md``)."""
+        state = (await self.session(session_id)).state
+        keep = retention_of(state).keep_versions
+        indexed = await self._versions.entries(session_id)
+        kept = [entry.version for entry in indexed[-keep:]]
+        kept += [state.workspace] if state.workspace is not None else []
+        for intent in state.intents.values():
+            mount = intent.dispatch.workspace
+            kept += [mount.base] if mount is not None and mount.base is not None else []
+            if mount is not None:
+                result = await self.operations.result(intent.operation_id)
+                kept += [result.version] if result and result.version else []
+        return kept
+
+    async def _indexed_versions(self, session_id: str) -> list[WorkspaceVersion]:
+        return [entry.version for entry in await self._versions.entries(session_id)]
+
+    async def _every_session(self) -> AsyncIterator[str]:
+        after = None
+        while True:
+            found, after = await self.directory.page(after=after, limit=500)
+            for session_id in found:
+                yield session_id
+            if after is None:
+                return
 
     async def intent(self, session_id: str, operation_id: str) -> Intent | None:
         """The committed intent of ``operation_id`` in the session's log (its current

@@ -23,11 +23,12 @@ from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
-from contracts import BlobRef, CorruptRecord, InvalidInput, NotFound
+from contracts import BlobRef, ConflictError, CorruptRecord, InvalidInput, NotFound
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
 from session_store import layout
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
+from session_store.collection import Collected, Collector, Touches
 
 #: requests to the backend one workspace call keeps in flight at once
 CONCURRENCY: Final = 32
@@ -43,9 +44,19 @@ R = TypeVar("R")
 class WorkspaceStore:
     """Files and versions of workspaces on one store (``SessionStore.workspaces``)."""
 
-    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
+    def __init__(self, backend: Backend, blobs: BlobStore, touches: Touches) -> None:
         self._backend = backend
         self._blobs = blobs
+        self._touches = touches
+        #: set by the ``SessionStore`` that owns this (it knows every session's retention)
+        self.collector: Collector | None = None
+
+    async def collect(self, session_id: str) -> Collected:
+        """Delete the session's versions and blobs that nothing retains
+        (``session_store.collection``): safe beside writers and after a killed run."""
+        if self.collector is None:
+            raise InvalidInput("this workspace store has no collector")
+        return await self.collector.collect(session_id)
 
     async def missing(self, digests: Iterable[str]) -> set[str]:
         """The file blobs (by SHA-256) the store does not hold whole yet: a Hands
@@ -58,7 +69,8 @@ class WorkspaceStore:
 
     async def put_file(self, data: bytes) -> BlobRef:
         """A file's content as a content-addressed blob, then its ref item (so the blob
-        counts as present only once every chunk is there)."""
+        counts as present only once every chunk is there). ``ConflictError`` while a
+        collector is deleting the same content: retry once it is done."""
         return await self._put_whole(data, "application/octet-stream")
 
     async def file(self, entry: ManifestEntry) -> bytes:
@@ -87,7 +99,10 @@ class WorkspaceStore:
         workspace). ``InvalidInput`` for a manifest a workspace may not hold or whose
         files are not all in the store with the sizes it says."""
         manifest = checked_manifest(manifest)
-        await self._check_files(manifest)
+        inherited = set() if base is None else _file_digests(await self.manifest(base))
+        # the base's files are safe while its call is open (its mount retains it); the
+        # others are touched before they are checked (``session_store.collection``)
+        await self._check_files(manifest, inherited)
         ref = await self._put_whole(manifest.canonical(), MANIFEST_MEDIA_TYPE)
         return WorkspaceVersion(
             id=ref.digest,
@@ -128,13 +143,27 @@ class WorkspaceStore:
         return await self._ref(version.id) is not None
 
     async def _put_whole(self, data: bytes, media_type: str) -> BlobRef:
-        ref = await self._blobs.put(data, media_type)
+        ref = self._blobs.ref_of(data, media_type)
+        await self._touches.touch(ref.digest)
+        if await self._touches.condemned(ref.digest):
+            raise ConflictError(
+                f"blob {ref.digest} is being collected; put it again once that is done",
+                digest=ref.digest,
+            )
+        await self._blobs.put(data, media_type)
         # ItemExists: another writer finished the same content first; its chunks are whole
         with contextlib.suppress(ItemExists):
             await self._backend.create(
                 layout.blob_partition(ref.digest), layout.BLOB_REF_ITEM, _ref_bytes(ref)
             )
         return ref
+
+    async def _relied_on(self, digest: str) -> BlobRef | None:
+        """Touch, then look: the blob's ref unless it is missing or condemned."""
+        await self._touches.touch(digest)
+        if await self._touches.condemned(digest):
+            return None
+        return await self._ref(digest)
 
     async def _ref(self, digest: str) -> BlobRef | None:
         data = await self._backend.get(layout.blob_partition(digest), layout.BLOB_REF_ITEM)
@@ -146,9 +175,13 @@ class WorkspaceStore:
             return None  # a damaged ref item: the blob counts as missing and is put again
         return ref if ref.digest == digest else None
 
-    async def _check_files(self, manifest: Manifest) -> None:
-        files = [entry for entry in manifest.entries if entry.digest is not None]
-        refs = await _bounded(self._ref, [entry.digest or "" for entry in files])
+    async def _check_files(self, manifest: Manifest, inherited: set[str]) -> None:
+        files = [
+            entry
+            for entry in manifest.entries
+            if entry.digest is not None and entry.digest not in inherited
+        ]
+        refs = await _bounded(self._relied_on, [entry.digest or "" for entry in files])
         absent = [entry for entry, ref in zip(files, refs, strict=True) if ref is None]
         if absent:
             raise InvalidInput(
@@ -187,6 +220,10 @@ def checked_manifest(manifest: Manifest) -> Manifest:
                 )
             parent, _, _ = parent.rpartition("/")
     return manifest
+
+
+def _file_digests(manifest: Manifest) -> set[str]:
+    return {entry.digest for entry in manifest.entries if entry.digest is not None}
 
 
 def _check_digest(digest: str) -> None:

@@ -9,7 +9,15 @@ import hashlib
 
 import pytest
 
-from contracts import Commit, ConflictError, CorruptRecord, InvalidInput, NotFound
+from contracts import (
+    CONTROL_DOCUMENT,
+    Commit,
+    ConflictError,
+    CorruptRecord,
+    DocumentPatch,
+    InvalidInput,
+    NotFound,
+)
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion
 from session_store import SessionStore, layout
 from tests.support.builders import small_commit
@@ -357,3 +365,130 @@ async def test_a_forks_versions_begin_with_its_origins_up_to_the_fork_point(
         ("s1", 2, made[1]),
         ("s1-fork", 2, following),
     ]
+
+
+# --- retention and collection ---------------------------------------------------------------
+
+COMMON = b"shared by every version\n"
+
+
+async def keep(store: SessionStore, session_id: str, versions: int) -> None:
+    handle = await store.session(session_id)
+    patch = DocumentPatch(
+        name=CONTROL_DOCUMENT, patch={"retention": {"keep_versions": versions}}, create=True
+    )
+    await handle.commit(Commit(documents=(patch,)), fence=None)
+
+
+async def history_of(store: SessionStore, session_id: str, count: int) -> list[WorkspaceVersion]:
+    """``count`` applied versions, each with its own ``a.py`` and the common file."""
+    handle = await store.session(session_id)
+    made: list[WorkspaceVersion] = []
+    for n in range(count):
+        files = {"a.py": f"{session_id} {n}\n".encode(), "common.txt": COMMON}
+        version = await version_of(store, files, made[-1] if made else None)
+        await handle.commit(Commit(workspace=version), fence=F)
+        made.append(version)
+    return made
+
+
+async def intact(store: SessionStore, version: WorkspaceVersion) -> bool:
+    """Whether the version's manifest and every file read back."""
+    try:
+        manifest = await store.workspaces.manifest(version)
+        for entry in manifest.entries:
+            if entry.kind is EntryKind.FILE:
+                await store.workspaces.file(entry)
+    except (NotFound, CorruptRecord):
+        return False
+    return True
+
+
+async def gone(store: SessionStore, version: WorkspaceVersion) -> bool:
+    """Whether the version's manifest blob is deleted, every item of it."""
+    return not await store.backend.keys(layout.blob_partition(version.id))
+
+
+async def test_collection_deletes_what_no_session_retains_and_keeps_the_rest(
+    location: StoreLocation,
+) -> None:
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 2)
+    made = await history_of(store, "s1", 5)
+    other = await history_of(store, "s2", 1)  # another session's version: never touched
+    collected = await store.workspaces.collect("s1")
+    assert (collected.versions, collected.blobs) == (3, 6)  # 3 manifests, 3 own a.py
+    reader = await location.open()
+    assert [await gone(reader, v) for v in made] == [True, True, True, False, False]
+    assert all([await intact(reader, v) for v in (*made[3:], *other)])
+    own = digest(b"s1 0\n")
+    assert await reader.workspaces.missing([own, digest(COMMON)]) == {own}
+    assert not await store.backend.keys(layout.blob_partition(own))
+    again = await store.workspaces.collect("s1")
+    assert (again.versions, again.blobs) == (0, 0)
+
+
+async def test_a_blob_another_session_retains_is_kept(location: StoreLocation) -> None:
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 3)
+    # s2 holds s1's first a.py (the same bytes: the same blob), under another name
+    shared = {"copy.py": b"s1 0\n"}
+    theirs = await version_of(store, shared, None)
+    await (await store.session("s2")).commit(Commit(workspace=theirs), fence=F)
+    await store.workspaces.collect("s1")
+    assert await intact(store, theirs) and await intact(store, made[-1])
+    assert await gone(store, made[0])
+    assert await store.workspaces.missing([digest(b"s1 0\n")]) == set()
+
+
+async def test_a_forks_head_is_kept_after_its_origin_moves_on(location: StoreLocation) -> None:
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 2)
+    fork = await store.fork("s1", at=2, into="s1-fork")  # seq 2: the control patch is 1
+    assert fork.state.workspace == made[0]
+    later = await version_of(store, {"a.py": b"later"}, made[-1])
+    await (await store.session("s1")).commit(Commit(workspace=later), fence=F)
+    await store.workspaces.collect("s1")
+    assert await intact(store, made[0])  # the fork's head
+    assert await gone(store, made[1]) and await intact(store, later)
+
+
+async def test_nothing_touched_within_the_grace_period_is_collected(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()  # the default grace: an hour
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 3)
+    collected = await store.workspaces.collect("s1")
+    assert (collected.blobs, collected.kept_young) == (0, 4)
+    assert all([await intact(store, v) for v in made])
+
+
+async def test_a_writer_never_relies_on_a_condemned_blob(location: StoreLocation) -> None:
+    store = await location.open()
+    data = b"condemned"
+    await store.workspaces.put_file(data)
+    # a collector has condemned it (and may be deleting it now)
+    await store.backend.put(layout.CONDEMNED_PARTITION, digest(data), b"{}")
+    with pytest.raises(InvalidInput, match="not in the store"):
+        await store.workspaces.put_version(tree({"a": data}), base=None)
+    with pytest.raises(ConflictError, match="being collected"):
+        await store.workspaces.put_file(data)
+
+
+async def test_a_collection_killed_midway_is_finished_by_the_next(
+    location: StoreLocation,
+) -> None:
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 2)
+    # killed after condemning the first version's a.py and deleting its ref item
+    own = digest(b"s1 0\n")
+    await store.backend.put(layout.CONDEMNED_PARTITION, own, b"{}")
+    await store.backend.delete(layout.blob_partition(own), layout.BLOB_REF_ITEM)
+    await store.workspaces.collect("s1")
+    assert not await store.backend.keys(layout.blob_partition(own))
+    assert not await store.backend.keys(layout.CONDEMNED_PARTITION)
+    assert await gone(store, made[0]) and await intact(store, made[1])
