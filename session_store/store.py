@@ -84,7 +84,7 @@ class SessionStore:
         #: workspace files and versions (``session_store.workspaces``)
         self._versions = VersionIndex(backend, read_only=read_only)
         touches = Touches(backend, self.clock)
-        self.workspaces = WorkspaceStore(backend, self.blobs, touches)
+        self.workspaces = WorkspaceStore(backend, self.blobs, touches, read_only=read_only)
         self.workspaces.collector = Collector(
             backend,
             touches,

@@ -23,7 +23,14 @@ from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
-from contracts import BlobRef, ConflictError, CorruptRecord, InvalidInput, NotFound
+from contracts import (
+    BlobRef,
+    ConflictError,
+    CorruptRecord,
+    InvalidInput,
+    NotFound,
+    ReadOnlyStore,
+)
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
 from session_store import layout
 from session_store.backend import Backend, ItemExists
@@ -44,8 +51,11 @@ R = TypeVar("R")
 class WorkspaceStore:
     """Files and versions of workspaces on one store (``SessionStore.workspaces``)."""
 
-    def __init__(self, backend: Backend, blobs: BlobStore, touches: Touches) -> None:
+    def __init__(
+        self, backend: Backend, blobs: BlobStore, touches: Touches, *, read_only: bool
+    ) -> None:
         self._backend = backend
+        self._read_only = read_only
         self._blobs = blobs
         self._touches = touches
         #: set by the ``SessionStore`` that owns this (it knows every session's retention)
@@ -54,6 +64,7 @@ class WorkspaceStore:
     async def collect(self, session_id: str) -> Collected:
         """Delete the session's versions and blobs that nothing retains
         (``session_store.collection``): safe beside writers and after a killed run."""
+        self._writable()
         if self.collector is None:
             raise InvalidInput("this workspace store has no collector")
         return await self.collector.collect(session_id)
@@ -98,6 +109,7 @@ class WorkspaceStore:
         """Record ``manifest`` as a version made from ``base`` (None: the empty
         workspace). ``InvalidInput`` for a manifest a workspace may not hold or whose
         files are not all in the store with the sizes it says."""
+        self._writable()
         manifest = checked_manifest(manifest)
         inherited = set() if base is None else _file_digests(await self.manifest(base))
         # the base's files are safe while its call is open (its mount retains it); the
@@ -142,7 +154,12 @@ class WorkspaceStore:
             return False
         return await self._ref(version.id) is not None
 
+    def _writable(self) -> None:
+        if self._read_only:  # before any touch: a read-only store writes nothing at all
+            raise ReadOnlyStore("this store was opened read-only; workspaces cannot change")
+
     async def _put_whole(self, data: bytes, media_type: str) -> BlobRef:
+        self._writable()
         ref = self._blobs.ref_of(data, media_type)
         await self._touches.touch(ref.digest)
         if await self._touches.condemned(ref.digest):

@@ -17,6 +17,7 @@ from contracts import (
     DocumentPatch,
     InvalidInput,
     NotFound,
+    ReadOnlyStore,
 )
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion
 from session_store import SessionStore, layout
@@ -492,3 +493,18 @@ async def test_a_collection_killed_midway_is_finished_by_the_next(
     assert not await store.backend.keys(layout.blob_partition(own))
     assert not await store.backend.keys(layout.CONDEMNED_PARTITION)
     assert await gone(store, made[0]) and await intact(store, made[1])
+
+
+async def test_a_read_only_store_writes_nothing_for_a_workspace(location: StoreLocation) -> None:
+    writer = await location.open()
+    version = await version_of(writer, {"a.py": b"1"}, None)
+    observer = await location.open(read_only=True)
+    assert await intact(observer, version)
+    with pytest.raises(ReadOnlyStore):
+        await observer.workspaces.put_file(b"new")
+    with pytest.raises(ReadOnlyStore):
+        await observer.workspaces.put_version(tree({"a.py": b"1"}), base=None)
+    with pytest.raises(ReadOnlyStore):
+        await observer.workspaces.collect("s1")
+    assert await writer.workspaces.missing([digest(b"new")]) == {digest(b"new")}
+    assert not await writer.backend.keys(layout.touched_partition(digest(b"new")))
