@@ -15,11 +15,22 @@ from contracts import (
     ConflictError,
     CorruptRecord,
     DocumentPatch,
+    Intent,
     InvalidInput,
     NotFound,
+    Operation,
+    OperationResult,
     ReadOnlyStore,
 )
-from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion
+from contracts.tool import Dispatch
+from contracts.workspace import (
+    EntryKind,
+    Manifest,
+    ManifestEntry,
+    WorkspaceMode,
+    WorkspaceMount,
+    WorkspaceVersion,
+)
 from session_store import SessionStore, layout
 from tests.support.builders import small_commit
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
@@ -508,3 +519,29 @@ async def test_a_read_only_store_writes_nothing_for_a_workspace(location: StoreL
         await observer.workspaces.collect("s1")
     assert await writer.workspaces.missing([digest(b"new")]) == {digest(b"new")}
     assert not await writer.backend.keys(layout.touched_partition(digest(b"new")))
+
+
+async def test_an_open_calls_base_and_unapplied_result_are_kept(location: StoreLocation) -> None:
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 2)
+    # a call mounted the first version (committed then), and its run produced another
+    mount = WorkspaceMount(mode=WorkspaceMode.WRITE, base=made[0])
+    dispatch = Dispatch(
+        operation_id="op-1", session_id="s1", tool="edit", tool_version=1, workspace=mount
+    )
+    await (await store.session("s1")).commit(Commit(intents=(Intent.of(dispatch),)), fence=F)
+    produced = await version_of(store, {"a.py": b"produced by op-1"}, made[0])
+    await store.create_operation(
+        Operation(operation_id="op-1", session_id="s1", tool="edit", args=None)
+    )
+    await store.put_operation_result(
+        OperationResult(operation_id="op-1", session_id="s1", succeeded=True, version=produced)
+    )
+    assert {v.id for v in await store.retained_versions("s1")} == {
+        made[0].id,
+        made[1].id,
+        produced.id,
+    }
+    await store.workspaces.collect("s1")
+    assert all([await intact(store, v) for v in (*made, produced)])
