@@ -31,7 +31,14 @@ from contracts import (
     NotFound,
     ReadOnlyStore,
 )
-from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
+from contracts.workspace import (
+    PERMISSION_BITS,
+    EntryKind,
+    Manifest,
+    ManifestEntry,
+    WorkspaceVersion,
+    normal_path,
+)
 from session_store import layout
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
@@ -111,7 +118,7 @@ class WorkspaceStore:
         files are not all in the store with the sizes it says."""
         self._writable()
         manifest = checked_manifest(manifest)
-        inherited = set() if base is None else _file_digests(await self.manifest(base))
+        inherited = set() if base is None else await self._inherited(base)
         # the base's files are safe while its call is open (its mount retains it); the
         # others are touched before they are checked (``session_store.collection``)
         await self._check_files(manifest, inherited)
@@ -153,6 +160,17 @@ class WorkspaceStore:
         if version.manifest.digest != version.id:
             return False
         return await self._ref(version.id) is not None
+
+    async def _inherited(self, base: WorkspaceVersion) -> set[str]:
+        """The file digests of ``base``, read fast: its blob is checked against its
+        digest, and it was checked in full when it was recorded."""
+        if base.manifest.digest != base.id:
+            raise InvalidInput(f"base version {base.id} is not its manifest's digest")
+        try:
+            document = json.loads(await self._blobs.get(base.manifest))
+            return {e["digest"] for e in document["entries"] if e.get("digest") is not None}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise CorruptRecord(f"manifest of base version {base.id} is unreadable") from None
 
     def _writable(self) -> None:
         if self._read_only:  # before any touch: a read-only store writes nothing at all
@@ -217,30 +235,59 @@ class WorkspaceStore:
 
 
 def checked_manifest(manifest: Manifest) -> Manifest:
-    """``manifest`` validated again (it may have been built without validation) and
-    checked for what a tree cannot be: a path not in normal form, or a path under a
-    file or a link (restoring it would write through the link). ``InvalidInput``."""
-    try:
-        manifest = Manifest.model_validate(manifest.model_dump(warnings=False))
-    except ValidationError as error:
-        raise InvalidInput(f"not a valid workspace manifest: {_first(error)}") from None
-    kinds = {entry.path: entry.kind for entry in manifest.entries}
+    """``manifest`` checked again, whoever built it (it may have been built without
+    validation), for what a tree cannot be: a path that is absolute, leaves the root, is
+    not in normal form or comes twice or out of order; a path under a file or a link
+    (restoring it would write through the link); a file without a digest, a digest or a
+    target on what may not have one. ``InvalidInput``. Checked in one pass, without
+    pydantic (a 10,000-file manifest in milliseconds)."""
+    kinds: dict[str, EntryKind] = {}
+    previous = ""
     for entry in manifest.entries:
-        if normal_path(entry.path) != entry.path:
-            raise InvalidInput(f"workspace path {entry.path[:80]!r} is not in normal form")
-        parent, _, _ = entry.path.rpartition("/")
+        path = _checked_entry(entry)
+        if path <= previous:
+            raise InvalidInput(f"a manifest's paths are unique and in order: {path[:80]!r}")
+        previous = path
+        kinds[path] = EntryKind(entry.kind)
+        parent, _, _ = path.rpartition("/")
         while parent:
             if kinds.get(parent, EntryKind.DIR) is not EntryKind.DIR:
                 raise InvalidInput(
-                    f"workspace path {entry.path[:80]!r} is under {parent[:80]!r}, which "
-                    f"is a {kinds[parent].value}, not a directory"
+                    f"workspace path {path[:80]!r} is under {parent[:80]!r}, which is a "
+                    f"{kinds[parent].value}, not a directory"
                 )
             parent, _, _ = parent.rpartition("/")
-    return manifest
+    if all(type(entry.kind) is EntryKind for entry in manifest.entries):
+        return manifest
+    try:  # built from raw values: rebuild it typed (its checks passed above)
+        return Manifest.model_validate(manifest.model_dump(warnings=False))
+    except ValidationError as error:
+        raise InvalidInput(f"not a valid workspace manifest: {_first(error)}") from None
 
 
-def _file_digests(manifest: Manifest) -> set[str]:
-    return {entry.digest for entry in manifest.entries if entry.digest is not None}
+def _checked_entry(entry: ManifestEntry) -> str:
+    """The entry's path, once the entry is one a manifest may hold."""
+    path = entry.path
+    if not isinstance(path, str):
+        raise InvalidInput("a workspace path is a string")
+    try:
+        normal = normal_path(path)
+        kind = EntryKind(entry.kind)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    if normal != path:
+        raise InvalidInput(f"workspace path {path[:80]!r} is not in normal form")
+    if (kind is EntryKind.FILE) != (entry.digest is not None):
+        raise InvalidInput(f"{path[:80]}: a file, and only a file, has a digest")
+    if entry.digest is not None:
+        _check_digest(str(entry.digest))
+    if (kind is EntryKind.LINK) != (entry.target is not None):
+        raise InvalidInput(f"{path[:80]}: a link, and only a link, has a target")
+    if not isinstance(entry.mode, int) or not 0 <= entry.mode <= PERMISSION_BITS:
+        raise InvalidInput(f"{path[:80]}: mode {entry.mode!r} is not permission bits")
+    if not isinstance(entry.size, int) or entry.size < 0:
+        raise InvalidInput(f"{path[:80]}: size {entry.size!r} is not a byte count")
+    return path
 
 
 def _check_digest(digest: str) -> None:
