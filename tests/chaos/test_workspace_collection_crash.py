@@ -7,6 +7,7 @@ unreferenced of what it collected.
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 from pathlib import Path
 
@@ -21,6 +22,11 @@ from tests.support.workspace_worker import FENCE, tree
 
 pytestmark = [pytest.mark.chaos, pytest.mark.store, pytest.mark.slow]
 
+#: SQLite in the test command (about a minute); S3 on moto too with BH_CHAOS_FULL=1
+#: (about four more: a process per store write)
+KINDS = [pytest.param("sqlite", marks=pytest.mark.sqlite)] + (
+    [pytest.param("s3", marks=pytest.mark.s3)] if os.environ.get("BH_CHAOS_FULL") else []
+)
 #: more store writes than a clean collection or write of the scenario makes
 STEPS = 60
 
@@ -101,7 +107,7 @@ async def collected_all(store: SessionStore, made: list[WorkspaceVersion]) -> No
 
 
 @pytest.mark.parametrize("mode", ["collect", "write"])
-@pytest.mark.parametrize("kind", [pytest.param("sqlite", marks=pytest.mark.sqlite)])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_process_killed_at_any_write_loses_no_retained_blob(
     kind: str, mode: str, tmp_path: Path
 ) -> None:
@@ -128,7 +134,7 @@ async def test_a_process_killed_at_any_write_loses_no_retained_blob(
     raise AssertionError(f"the {mode} process made more than {STEPS} writes")
 
 
-@pytest.mark.parametrize("kind", [pytest.param("sqlite", marks=pytest.mark.sqlite)])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_writer_beside_a_collector_killed_at_any_write_keeps_its_version(
     kind: str, tmp_path: Path
 ) -> None:
