@@ -77,13 +77,17 @@ class WorkspaceStore:
         return await self.collector.collect(session_id)
 
     async def missing(self, digests: Iterable[str]) -> set[str]:
-        """The file blobs (by SHA-256) the store does not hold whole yet: a Hands
-        uploads only those. Reads one small ref item per digest, never a file."""
+        """The file blobs (by SHA-256) the store does not hold whole yet, or that a
+        collection is deleting: a Hands uploads only those. Reads one small ref item per
+        digest and one listing of condemned blobs, never a file."""
         wanted = sorted(set(digests))
         for digest in wanted:
             _check_digest(digest)
         refs = await _bounded(self._ref, wanted)
-        return {digest for digest, ref in zip(wanted, refs, strict=True) if ref is None}
+        absent = {digest for digest, ref in zip(wanted, refs, strict=True) if ref is None}
+        # being collected: one listing (a collection's marks are few, and usually none)
+        condemned = set(await self._backend.keys(layout.CONDEMNED_PARTITION))
+        return absent | (condemned & set(wanted))
 
     async def put_file(self, data: bytes) -> BlobRef:
         """A file's content as a content-addressed blob, then its ref item (so the blob

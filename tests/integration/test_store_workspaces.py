@@ -545,3 +545,11 @@ async def test_an_open_calls_base_and_unapplied_result_are_kept(location: StoreL
     }
     await store.workspaces.collect("s1")
     assert all([await intact(store, v) for v in (*made, produced)])
+
+
+async def test_a_condemned_blob_counts_as_missing(location: StoreLocation) -> None:
+    store = await location.open()
+    data = b"being collected"
+    await store.workspaces.put_file(data)
+    await store.backend.put(layout.CONDEMNED_PARTITION, digest(data), b"{}")
+    assert await store.workspaces.missing([digest(data)]) == {digest(data)}
