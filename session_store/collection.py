@@ -134,7 +134,10 @@ class Collector:
         marked = await self._marked()
         done = Collected()
         versions = [v for v in await self._indexed(session_id) if v.id not in marked]
-        candidates = set(await self._condemned())
+        condemned = set(await self._condemned())
+        for digest in condemned & marked:  # a killed collection's mark on what is kept
+            await self._backend.delete(layout.CONDEMNED_PARTITION, digest)
+        candidates = condemned - marked
         for version in versions:
             candidates |= await self._digests(version) - marked
         ordered = sorted(candidates)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 from contracts import CONTROL_DOCUMENT, Commit, CorruptRecord, DocumentPatch, NotFound
 from contracts.workspace import EntryKind, WorkspaceVersion
 from session_store import SessionStore, layout
+from session_store.codec import encode
+from session_store.collection import Touch
 from tests.support.processes import python_module
 from tests.support.stores import StoreLocation, new_location
 from tests.support.workspace_worker import FENCE, tree
@@ -54,7 +57,19 @@ async def scenario(place: StoreLocation) -> list[WorkspaceVersion]:
         version = await store.workspaces.put_version(tree(files), base=made[-1] if made else None)
         await handle.commit(Commit(workspace=version), fence=FENCE)
         made.append(version)
+    await age_touches(store)
     return made
+
+
+async def age_touches(store: SessionStore) -> None:
+    """Every touch so far as if made two hours ago (past the grace period of an hour):
+    the scenario's blobs are old, and only the processes' own touches are young."""
+    past = await store.clock.fresh() - timedelta(hours=2)
+    for shard in "0123456789abcdef":
+        partition = f"workspace/touched/{shard}"
+        for item, data in await store.backend.items(partition):
+            touch = Touch.model_validate_json(data)
+            await store.backend.put(partition, item, encode(touch.model_copy(update={"at": past})))
 
 
 def _retention(versions: int) -> DocumentPatch:

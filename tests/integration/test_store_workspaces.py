@@ -6,6 +6,7 @@ digest is the id), and hostile manifests refused.
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 
 import pytest
 
@@ -32,6 +33,8 @@ from contracts.workspace import (
     WorkspaceVersion,
 )
 from session_store import SessionStore, layout
+from session_store.codec import encode
+from session_store.collection import Touch
 from tests.support.builders import small_commit
 from tests.support.stores import SUITE_BACKENDS, StoreLocation, location_fixture
 
@@ -553,3 +556,57 @@ async def test_a_condemned_blob_counts_as_missing(location: StoreLocation) -> No
     await store.workspaces.put_file(data)
     await store.backend.put(layout.CONDEMNED_PARTITION, digest(data), b"{}")
     assert await store.workspaces.missing([digest(data)]) == {digest(data)}
+
+
+async def age_touches(store: SessionStore) -> None:
+    """Every touch so far as if made two hours ago (past the default grace period)."""
+    past = await store.clock.fresh() - timedelta(hours=2)
+    for shard in "0123456789abcdef":
+        partition = f"workspace/touched/{shard}"
+        for item, data in await store.backend.items(partition):
+            aged = Touch.model_validate_json(data).model_copy(update={"at": past})
+            await store.backend.put(partition, item, encode(aged))
+
+
+async def test_a_blob_a_writer_found_present_is_kept_until_its_version_is_committed(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()  # the default grace period
+    await keep(store, "s1", 1)
+    await history_of(store, "s1", 3)
+    await age_touches(store)  # the old versions' blobs are past the grace period
+    writer = await location.open()
+    found = digest(b"s1 0\n")  # the first version's a.py: nothing retains it any more
+    assert await writer.workspaces.missing([found]) == set()  # so the Hands skips it
+    version = await writer.workspaces.put_version(tree({"copy.py": b"s1 0\n"}), base=None)
+    collected = await store.workspaces.collect("s1")  # before the version is committed
+    assert collected.kept_young == 1 and collected.versions == 2
+    await (await writer.session("s2")).commit(Commit(workspace=version), fence=F)
+    assert await intact(writer, version)
+
+
+async def test_a_writer_that_touches_while_the_collector_decides_keeps_its_blob(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    await keep(store, "s1", 1)
+    await history_of(store, "s1", 2)
+    await age_touches(store)
+    writer = await location.open()
+    found = digest(b"s1 0\n")
+    versions: list[WorkspaceVersion] = []
+    condemn = store.backend.put
+
+    async def writer_between(partition: str, item: str, value: bytes) -> None:
+        # the writer relies on the blob after the collector read its touch, just before
+        # the collector condemns it: it sees no mark, so the collector must see its touch
+        if partition == layout.CONDEMNED_PARTITION and item == found and not versions:
+            tree_ = tree({"copy.py": b"s1 0\n"})
+            versions.append(await writer.workspaces.put_version(tree_, base=None))
+        await condemn(partition, item, value)
+
+    store.backend.put = writer_between  # type: ignore[method-assign]
+    collected = await store.workspaces.collect("s1")
+    assert versions and collected.kept_touched == 1
+    await (await writer.session("s2")).commit(Commit(workspace=versions[0]), fence=F)
+    assert await intact(writer, versions[0])

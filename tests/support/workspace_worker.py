@@ -2,8 +2,8 @@
 SIGKILL itself at its n-th store write (``BH_CRASH_AT``: ``runtime.crashpoints``), for
 ``tests/chaos/test_workspace_collection_crash.py``.
 
-``python -m tests.support.workspace_worker collect URL SESSION`` collects the session
-(grace 0); ``… write URL SESSION`` uploads what the store lacks of ``WRITTEN``, records
+``python -m tests.support.workspace_worker collect URL SESSION`` collects the session;
+``… write URL SESSION`` uploads what the store lacks of ``WRITTEN``, records
 it as a version from the session's head and commits it, printing the version's id.
 """
 
@@ -76,7 +76,7 @@ async def write(store: SessionStore, session_id: str) -> WorkspaceVersion:
 
 
 async def run(mode: str, url: str, session_id: str) -> None:
-    store = await open_store(url, workspace_grace_seconds=0)
+    store = await open_store(url)  # the grace period a deployment has
     crashing(store, CrashPoints.from_env())
     try:
         if mode == "collect":
