@@ -148,6 +148,25 @@ class Collector:
         done.versions = sum(verdicts.get(v) == "blobs" for v in {v.id for v in versions})
         return done
 
+    async def collect_orphans(self) -> Collected:
+        """Delete every workspace blob touched before the grace period that no retained
+        version of any session names: what writers killed between upload and version
+        left, and what ``collect`` of each session would delete. One listing of every
+        touch (linear in the workspace blobs of the store): run it rarely."""
+        cutoff = await self._clock.fresh() - self._grace
+        marked = await self._marked()
+        done = Collected()
+        for shard in layout.touched_partitions():
+            old = [
+                item
+                for item, data in await self._backend.items(shard)
+                if item not in marked
+                and ((touch := _touch_of(data, f"{shard}/{item}")) is None or touch.at <= cutoff)
+            ]
+            for verdict in await asyncio.gather(*(self._sweep(d, cutoff) for d in old)):
+                setattr(done, verdict, getattr(done, verdict) + 1)
+        return done
+
     async def _marked(self) -> set[str]:
         """Every digest a retained version of any session names (manifest and files)."""
         marked: set[str] = set()

@@ -136,6 +136,10 @@ def touched_partition(digest: str) -> str:
     return f"workspace/touched/{digest[:1]}"
 
 
+def touched_partitions() -> list[str]:
+    return [f"workspace/touched/{shard:x}" for shard in range(16)]
+
+
 #: workspace blobs a collector is deleting (``session_store.collection``)
 CONDEMNED_PARTITION = "workspace/condemned"
 

@@ -76,6 +76,14 @@ class WorkspaceStore:
             raise InvalidInput("this workspace store has no collector")
         return await self.collector.collect(session_id)
 
+    async def collect_orphans(self) -> Collected:
+        """Delete every workspace blob, of any session, that nothing retains and no
+        writer touched within the grace period (``Collector.collect_orphans``)."""
+        self._writable()
+        if self.collector is None:
+            raise InvalidInput("this workspace store has no collector")
+        return await self.collector.collect_orphans()
+
     async def missing(self, digests: Iterable[str]) -> set[str]:
         """The file blobs (by SHA-256) the store does not hold whole yet, or that a
         collection is deleting: a Hands uploads only those. Reads one small ref item per

@@ -610,3 +610,20 @@ async def test_a_writer_that_touches_while_the_collector_decides_keeps_its_blob(
     assert versions and collected.kept_touched == 1
     await (await writer.session("s2")).commit(Commit(workspace=versions[0]), fence=F)
     assert await intact(writer, versions[0])
+
+
+async def test_blobs_no_version_names_are_collected_once_past_the_grace_period(
+    location: StoreLocation,
+) -> None:
+    store = await location.open()
+    await keep(store, "s1", 1)
+    made = await history_of(store, "s1", 2)
+    await store.workspaces.put_file(b"uploaded by a Hands killed before its version")
+    await age_touches(store)
+    await store.workspaces.put_file(b"uploaded just now")  # its Hands may be recording it
+    collected = await store.workspaces.collect_orphans()
+    assert (collected.blobs, collected.kept_young) == (3, 0)  # the orphan, v0 and its a.py
+    assert await store.workspaces.missing(
+        [digest(b"uploaded by a Hands killed before its version"), digest(b"uploaded just now")]
+    ) == {digest(b"uploaded by a Hands killed before its version")}
+    assert await gone(store, made[0]) and await intact(store, made[1])
