@@ -166,3 +166,30 @@ class Artifact(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     blob: BlobRef
     media_type: str = "application/octet-stream"
+
+
+class AppliedVersion(Frozen):
+    """A version a session applied: the commit (``seq``, ``commit_id``) that made it the
+    head, and the operations whose results that commit applied (the one that produced it,
+    when the commit says so). An entry of the session's versions index."""
+
+    v: Literal[1] = 1
+    type: Literal["applied_version"] = "applied_version"
+    #: the session whose log holds the commit (a fork lists its origin's versions too)
+    session_id: str
+    seq: int = Field(ge=1)
+    commit_id: str
+    version: WorkspaceVersion
+    operations: tuple[str, ...] = ()
+
+
+#: the control-document member that holds a session's ``WorkspaceRetention``
+RETENTION: Final = "retention"
+
+
+class WorkspaceRetention(Frozen):
+    """How many of its latest applied versions a session keeps (control document member
+    ``retention``). Whatever this says, the versions its open calls mount or produced
+    are kept too, and a fork keeps its own (``docs/workspaces.md``, "Retention")."""
+
+    keep_versions: int = Field(default=10, ge=1, le=100_000)

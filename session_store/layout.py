@@ -11,9 +11,12 @@ partition                               item                        value
 ``session/<sid>/submissions``           request id                  ArchivedSubmission
 ``session/<sid>/applied``               operation id                AppliedMark (JSON)
 ``session/<sid>/ops``                   operation id                empty (index)
+``session/<sid>/workspace``             <seq, 16 digits>.<commit>   AppliedVersion (index)
 ``index/active/<shard>``                session id                  empty (index)
 ``blob/<sha256>``                       <chunk size>.<number>       raw bytes
 ``blob/<sha256>``                       ``ref``                     BlobRef (JSON): whole
+``workspace/touched/<shard>``           sha256                      Touch (JSON)
+``workspace/condemned``                 sha256                      Touch (JSON)
 ``op/<operation id>/rev``               rev, 10 digits              Operation (JSON)
 ``op/<operation id>/result``            ``result``                  OperationResult (JSON)
 ``op/<operation id>/preview``           ``preview``                 OutputPreview (JSON)
@@ -93,6 +96,11 @@ def upload_item(digest: str) -> str:
     return f"{UPLOAD_PREFIX}{digest}"
 
 
+def versions_partition(session_id: str) -> str:
+    """The versions index of a session (``session_store.versions``)."""
+    return f"session/{_session(session_id)}/workspace"
+
+
 def session_operations_partition(session_id: str) -> str:
     return f"session/{_session(session_id)}/ops"
 
@@ -121,6 +129,19 @@ def quiet_partitions() -> list[str]:
 
 def blob_partition(digest: str) -> str:
     return f"blob/{digest}"
+
+
+def touched_partition(digest: str) -> str:
+    """Where a workspace blob's last touch is (``session_store.collection``)."""
+    return f"workspace/touched/{digest[:1]}"
+
+
+def touched_partitions() -> list[str]:
+    return [f"workspace/touched/{shard:x}" for shard in range(16)]
+
+
+#: workspace blobs a collector is deleting (``session_store.collection``)
+CONDEMNED_PARTITION = "workspace/condemned"
 
 
 #: a workspace blob's ref item, written once all of its chunks are: the blob is whole

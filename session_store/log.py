@@ -34,6 +34,7 @@ from contracts import (
     ReadOnlyStore,
     utcnow,
 )
+from contracts.workspace import AppliedVersion, WorkspaceVersion
 from session_store import layout
 from session_store.archive import Archive
 from session_store.backend import Backend, ItemExists
@@ -43,6 +44,8 @@ from session_store.directory import SessionDirectory
 from session_store.index import ActiveIndex
 from session_store.settings import StoreSettings
 from session_store.state import SessionState, active_after, apply, check, forked
+from session_store.versions import VersionIndex
+from session_store.workspaces import WorkspaceStore
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,16 @@ class CommitLog:
         index: ActiveIndex,
         settings: StoreSettings,
         directory: SessionDirectory,
+        workspaces: WorkspaceStore,
+        versions: VersionIndex,
     ) -> None:
         self._backend = backend
         self._baselines = baselines
         self._archive = archive
         self._index = index
         self._directory = directory
+        self._workspaces = workspaces
+        self._versions = versions
         self._settings = settings
 
     async def load(self, session_id: str) -> tuple[SessionState, int, Loaded]:
@@ -152,6 +159,8 @@ class CommitLog:
                 current=state.fence,
             )
         check(state, commit, fenced=fence is not None)
+        if commit.workspace is not None:
+            await self._check_version(commit.workspace)
         if state.has_archive:
             await self._check_archive(state, commit)
         adopted = None if commit.fork is None else await self._forked(state.session_id, commit.fork)
@@ -173,6 +182,17 @@ class CommitLog:
             limit=self._settings.max_record_bytes,
             what=f"commit {record.seq} of session {state.session_id}",
         )
+        if commit.workspace is not None:  # first: an applied version is never unindexed
+            await self._versions.record(
+                state.session_id,
+                AppliedVersion(
+                    session_id=state.session_id,
+                    seq=record.seq,
+                    commit_id=record.commit_id,
+                    version=commit.workspace,
+                    operations=commit.applied_operations,
+                ),
+            )
         was_active = state.is_active
         becomes_active = active_after(state if adopted is None else adopted, commit)
         if becomes_active and not was_active:
@@ -238,6 +258,16 @@ class CommitLog:
                 seq,
                 error.code,
                 error.message,
+            )
+
+    async def _check_version(self, version: WorkspaceVersion) -> None:
+        """A head is never a version whose manifest is not whole in the store (its files
+        were checked when it was written: ``WorkspaceStore.put_version``)."""
+        if not await self._workspaces.has_version(version):
+            raise InvalidInput(
+                f"workspace version {version.id}: its manifest is not in the store; "
+                "record it (workspaces.put_version) before committing it",
+                version=version.id,
             )
 
     async def _check_archive(self, state: SessionState, commit: Commit) -> None:

@@ -32,4 +32,7 @@ class StoreSettings(Frozen):
     # Blobs are stored in chunks of at most this size (and of what the backend allows).
     blob_chunk_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     read_only: bool = False
+    #: how long a workspace blob a writer touched is safe from collection without a
+    #: retained version (``session_store.collection``), on the store's clock
+    workspace_grace_seconds: float = Field(default=3600.0, ge=0)
     writer: str = Field(default_factory=_default_writer)

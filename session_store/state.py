@@ -143,6 +143,7 @@ def check(state: SessionState, commit: Commit, *, fenced: bool) -> None:
     _check_outbox(state, commit)
     _check_applied(state, commit)
     _check_intents(state, commit)
+    _check_workspace(state, commit)
 
 
 def forked(origin: SessionState, session_id: str, fork: Fork) -> SessionState:
@@ -282,6 +283,8 @@ def check_ingress(commit: Commit) -> None:
         problems.append("applied operations")
     if commit.intents:
         problems.append("intents")
+    if commit.workspace is not None:
+        problems.append("workspace versions")
     if problems:
         raise InvalidInput(
             f"an unfenced commit (fence=None) may not contain {', '.join(problems)}; "
@@ -389,6 +392,29 @@ def _check_intents(state: SessionState, commit: Commit) -> None:
                 f"operation {intent.operation_id} already has another committed intent",
                 operation_id=intent.operation_id,
             )
+
+
+def _check_workspace(state: SessionState, commit: Commit) -> None:
+    """A version moves the head only if it was made from the head (one writer at a
+    time: ``docs/workspaces.md``); its id is its manifest's digest. That the manifest is
+    in the store is checked by the log (a read)."""
+    version = commit.workspace
+    if version is None:
+        return
+    if version.manifest.digest != version.id:
+        raise InvalidInput(
+            f"workspace version {version.id} names manifest blob {version.manifest.digest}; "
+            "a version's id is its manifest's digest"
+        )
+    head = None if state.workspace is None else state.workspace.id
+    if version.base != head:
+        raise ConflictError(
+            f"workspace version {version.id} was made from base {version.base or 'empty'}, "
+            f"but the session's head is {head or 'the empty workspace'}; reload the session",
+            key="workspace",
+            base=version.base,
+            current=head,
+        )
 
 
 def _drop_intents(state: SessionState, commit: Commit) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import timedelta
 from types import TracebackType
 
 from pydantic import JsonValue
@@ -26,11 +27,13 @@ from contracts import (
     OutputPreview,
 )
 from contracts.model import check_id
+from contracts.workspace import AppliedVersion, WorkspaceVersion
 from session_store.archive import Archive
 from session_store.backend import Backend
 from session_store.baselines import Baselines
 from session_store.blobs import BlobStore
 from session_store.catalog import ToolCatalog
+from session_store.collection import Collector, Touches, retention_of
 from session_store.directory import SessionDirectory
 from session_store.fleet import Fleet
 from session_store.handle import SessionHandle
@@ -39,6 +42,7 @@ from session_store.log import CommitLog
 from session_store.operations import OperationLog
 from session_store.settings import StoreSettings
 from session_store.uploads import Uploads
+from session_store.versions import VersionIndex
 from session_store.workspaces import WorkspaceStore
 
 log = logging.getLogger(__name__)
@@ -78,7 +82,19 @@ class SessionStore:
         #: each Hands' last beat, for operators (``session_store.fleet``)
         self.fleet = Fleet(backend)
         #: workspace files and versions (``session_store.workspaces``)
-        self.workspaces = WorkspaceStore(backend, self.blobs)
+        self._versions = VersionIndex(backend, read_only=read_only)
+        touches = Touches(backend, self.clock)
+        self.workspaces = WorkspaceStore(backend, self.blobs, touches, read_only=read_only)
+        self.workspaces.collector = Collector(
+            backend,
+            touches,
+            self.clock,
+            sessions=self._every_session,
+            retained=self.retained_versions,
+            indexed=self._indexed_versions,
+            manifest=self.workspaces.manifest,
+            grace=timedelta(seconds=settings.workspace_grace_seconds),
+        )
         uploads = Uploads(backend, self.blobs)
         self._archive = Archive(backend, self.blobs)
         self._baselines = Baselines(
@@ -91,7 +107,14 @@ class SessionStore:
             inline_limit=min(settings.baseline_inline_bytes, settings.max_record_bytes // 2),
         )
         self._log = CommitLog(
-            backend, self._baselines, self._archive, self.index, settings, self.directory
+            backend,
+            self._baselines,
+            self._archive,
+            self.index,
+            settings,
+            self.directory,
+            self.workspaces,
+            self._versions,
         )
         self._background: set[asyncio.Task[None]] = set()
 
@@ -179,6 +202,50 @@ class SessionStore:
             spawn=self._keep,
             problems=loaded.problems,
         )
+
+    async def workspace_versions(
+        self, session_id: str, *, until: int | None = None
+    ) -> list[AppliedVersion]:
+        """The workspace versions the session applied (up to commit ``until``), oldest
+        first: each with the commit that made it the head and the operations that commit
+        applied; a fork's list begins with its origin's up to the fork point. Read from
+        the versions index (``session_store.versions``), not by replaying the log."""
+        _check_identifier(session_id, "session id")
+        first = await self.commits(session_id, limit=1)
+        fork = first[0].commit.fork if first else None
+        origin = None
+        if fork is not None:
+            origin = (await self.session(session_id)).state.origin
+        return await self._versions.applied(session_id, origin, until=until)
+
+    async def retained_versions(self, session_id: str) -> list[WorkspaceVersion]:
+        """The versions a collection keeps for the session: its head, the last
+        ``keep_versions`` it applied (its ``retention``), the bases its open calls mount
+        and the versions their stored results produced (``docs/workspaces.md``)."""
+        state = (await self.session(session_id)).state
+        keep = retention_of(state).keep_versions
+        indexed = await self._versions.entries(session_id)
+        kept = [entry.version for entry in indexed[-keep:]]
+        kept += [state.workspace] if state.workspace is not None else []
+        for intent in state.intents.values():
+            mount = intent.dispatch.workspace
+            kept += [mount.base] if mount is not None and mount.base is not None else []
+            if mount is not None:
+                result = await self.operations.result(intent.operation_id)
+                kept += [result.version] if result and result.version else []
+        return kept
+
+    async def _indexed_versions(self, session_id: str) -> list[WorkspaceVersion]:
+        return [entry.version for entry in await self._versions.entries(session_id)]
+
+    async def _every_session(self) -> AsyncIterator[str]:
+        after = None
+        while True:
+            found, after = await self.directory.page(after=after, limit=500)
+            for session_id in found:
+                yield session_id
+            if after is None:
+                return
 
     async def intent(self, session_id: str, operation_id: str) -> Intent | None:
         """The committed intent of ``operation_id`` in the session's log (its current

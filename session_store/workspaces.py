@@ -23,11 +23,26 @@ from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
-from contracts import BlobRef, CorruptRecord, InvalidInput, NotFound
-from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
+from contracts import (
+    BlobRef,
+    ConflictError,
+    CorruptRecord,
+    InvalidInput,
+    NotFound,
+    ReadOnlyStore,
+)
+from contracts.workspace import (
+    PERMISSION_BITS,
+    EntryKind,
+    Manifest,
+    ManifestEntry,
+    WorkspaceVersion,
+    normal_path,
+)
 from session_store import layout
 from session_store.backend import Backend, ItemExists
 from session_store.blobs import BlobStore
+from session_store.collection import Collected, Collector, Touches
 
 #: requests to the backend one workspace call keeps in flight at once
 CONCURRENCY: Final = 32
@@ -43,22 +58,49 @@ R = TypeVar("R")
 class WorkspaceStore:
     """Files and versions of workspaces on one store (``SessionStore.workspaces``)."""
 
-    def __init__(self, backend: Backend, blobs: BlobStore) -> None:
+    def __init__(
+        self, backend: Backend, blobs: BlobStore, touches: Touches, *, read_only: bool
+    ) -> None:
         self._backend = backend
+        self._read_only = read_only
         self._blobs = blobs
+        self._touches = touches
+        #: set by the ``SessionStore`` that owns this (it knows every session's retention)
+        self.collector: Collector | None = None
+
+    async def collect(self, session_id: str) -> Collected:
+        """Delete the session's versions and blobs that nothing retains
+        (``session_store.collection``): safe beside writers and after a killed run."""
+        self._writable()
+        if self.collector is None:
+            raise InvalidInput("this workspace store has no collector")
+        return await self.collector.collect(session_id)
+
+    async def collect_orphans(self) -> Collected:
+        """Delete every workspace blob, of any session, that nothing retains and no
+        writer touched within the grace period (``Collector.collect_orphans``)."""
+        self._writable()
+        if self.collector is None:
+            raise InvalidInput("this workspace store has no collector")
+        return await self.collector.collect_orphans()
 
     async def missing(self, digests: Iterable[str]) -> set[str]:
-        """The file blobs (by SHA-256) the store does not hold whole yet: a Hands
-        uploads only those. Reads one small ref item per digest, never a file."""
+        """The file blobs (by SHA-256) the store does not hold whole yet, or that a
+        collection is deleting: a Hands uploads only those. Reads one small ref item per
+        digest and one listing of condemned blobs, never a file."""
         wanted = sorted(set(digests))
         for digest in wanted:
             _check_digest(digest)
         refs = await _bounded(self._ref, wanted)
-        return {digest for digest, ref in zip(wanted, refs, strict=True) if ref is None}
+        absent = {digest for digest, ref in zip(wanted, refs, strict=True) if ref is None}
+        # being collected: one listing (a collection's marks are few, and usually none)
+        condemned = set(await self._backend.keys(layout.CONDEMNED_PARTITION))
+        return absent | (condemned & set(wanted))
 
     async def put_file(self, data: bytes) -> BlobRef:
         """A file's content as a content-addressed blob, then its ref item (so the blob
-        counts as present only once every chunk is there)."""
+        counts as present only once every chunk is there). ``ConflictError`` while a
+        collector is deleting the same content: retry once it is done."""
         return await self._put_whole(data, "application/octet-stream")
 
     async def file(self, entry: ManifestEntry) -> bytes:
@@ -86,8 +128,12 @@ class WorkspaceStore:
         """Record ``manifest`` as a version made from ``base`` (None: the empty
         workspace). ``InvalidInput`` for a manifest a workspace may not hold or whose
         files are not all in the store with the sizes it says."""
+        self._writable()
         manifest = checked_manifest(manifest)
-        await self._check_files(manifest)
+        inherited = set() if base is None else await self._inherited(base)
+        # the base's files are safe while its call is open (its mount retains it); the
+        # others are touched before they are checked (``session_store.collection``)
+        await self._check_files(manifest, inherited)
         ref = await self._put_whole(manifest.canonical(), MANIFEST_MEDIA_TYPE)
         return WorkspaceVersion(
             id=ref.digest,
@@ -127,14 +173,44 @@ class WorkspaceStore:
             return False
         return await self._ref(version.id) is not None
 
+    async def _inherited(self, base: WorkspaceVersion) -> set[str]:
+        """The file digests of ``base``, read fast: its blob is checked against its
+        digest, and it was checked in full when it was recorded."""
+        if base.manifest.digest != base.id:
+            raise InvalidInput(f"base version {base.id} is not its manifest's digest")
+        try:
+            document = json.loads(await self._blobs.get(base.manifest))
+            return {e["digest"] for e in document["entries"] if e.get("digest") is not None}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise CorruptRecord(f"manifest of base version {base.id} is unreadable") from None
+
+    def _writable(self) -> None:
+        if self._read_only:  # before any touch: a read-only store writes nothing at all
+            raise ReadOnlyStore("this store was opened read-only; workspaces cannot change")
+
     async def _put_whole(self, data: bytes, media_type: str) -> BlobRef:
-        ref = await self._blobs.put(data, media_type)
+        self._writable()
+        ref = self._blobs.ref_of(data, media_type)
+        await self._touches.touch(ref.digest)
+        if await self._touches.condemned(ref.digest):
+            raise ConflictError(
+                f"blob {ref.digest} is being collected; put it again once that is done",
+                digest=ref.digest,
+            )
+        await self._blobs.put(data, media_type)
         # ItemExists: another writer finished the same content first; its chunks are whole
         with contextlib.suppress(ItemExists):
             await self._backend.create(
                 layout.blob_partition(ref.digest), layout.BLOB_REF_ITEM, _ref_bytes(ref)
             )
         return ref
+
+    async def _relied_on(self, digest: str) -> BlobRef | None:
+        """Touch, then look: the blob's ref unless it is missing or condemned."""
+        await self._touches.touch(digest)
+        if await self._touches.condemned(digest):
+            return None
+        return await self._ref(digest)
 
     async def _ref(self, digest: str) -> BlobRef | None:
         data = await self._backend.get(layout.blob_partition(digest), layout.BLOB_REF_ITEM)
@@ -146,9 +222,13 @@ class WorkspaceStore:
             return None  # a damaged ref item: the blob counts as missing and is put again
         return ref if ref.digest == digest else None
 
-    async def _check_files(self, manifest: Manifest) -> None:
-        files = [entry for entry in manifest.entries if entry.digest is not None]
-        refs = await _bounded(self._ref, [entry.digest or "" for entry in files])
+    async def _check_files(self, manifest: Manifest, inherited: set[str]) -> None:
+        files = [
+            entry
+            for entry in manifest.entries
+            if entry.digest is not None and entry.digest not in inherited
+        ]
+        refs = await _bounded(self._relied_on, [entry.digest or "" for entry in files])
         absent = [entry for entry, ref in zip(files, refs, strict=True) if ref is None]
         if absent:
             raise InvalidInput(
@@ -167,26 +247,70 @@ class WorkspaceStore:
 
 
 def checked_manifest(manifest: Manifest) -> Manifest:
-    """``manifest`` validated again (it may have been built without validation) and
-    checked for what a tree cannot be: a path not in normal form, or a path under a
-    file or a link (restoring it would write through the link). ``InvalidInput``."""
-    try:
-        manifest = Manifest.model_validate(manifest.model_dump(warnings=False))
-    except ValidationError as error:
-        raise InvalidInput(f"not a valid workspace manifest: {_first(error)}") from None
-    kinds = {entry.path: entry.kind for entry in manifest.entries}
+    """``manifest`` checked again, whoever built it (it may have been built without
+    validation), for what a tree cannot be: a path that is absolute, leaves the root, is
+    not in normal form or comes twice or out of order; a path under a file or a link
+    (restoring it would write through the link); a file without a digest, a digest or a
+    target on what may not have one. ``InvalidInput``. Checked in one pass, without
+    pydantic (a 10,000-file manifest in milliseconds)."""
+    kinds: dict[str, EntryKind] = {}
+    previous = ""
     for entry in manifest.entries:
-        if normal_path(entry.path) != entry.path:
-            raise InvalidInput(f"workspace path {entry.path[:80]!r} is not in normal form")
-        parent, _, _ = entry.path.rpartition("/")
+        path = _checked_entry(entry)
+        if path <= previous:
+            raise InvalidInput(f"a manifest's paths are unique and in order: {path[:80]!r}")
+        previous = path
+        kinds[path] = EntryKind(entry.kind)
+        parent, _, _ = path.rpartition("/")
         while parent:
             if kinds.get(parent, EntryKind.DIR) is not EntryKind.DIR:
                 raise InvalidInput(
-                    f"workspace path {entry.path[:80]!r} is under {parent[:80]!r}, which "
-                    f"is a {kinds[parent].value}, not a directory"
+                    f"workspace path {path[:80]!r} is under {parent[:80]!r}, which is a "
+                    f"{kinds[parent].value}, not a directory"
                 )
             parent, _, _ = parent.rpartition("/")
-    return manifest
+    if all(type(entry.kind) is EntryKind for entry in manifest.entries):
+        return manifest
+    try:  # built from raw values: rebuild it typed (its checks passed above)
+        return Manifest.model_validate(manifest.model_dump(warnings=False))
+    except ValidationError as error:
+        raise InvalidInput(f"not a valid workspace manifest: {_first(error)}") from None
+
+
+def _checked_entry(entry: ManifestEntry) -> str:
+    """The entry's path, once the entry is one a manifest may hold."""
+    path = entry.path
+    if not isinstance(path, str):
+        raise InvalidInput("a workspace path is a string")
+    try:
+        kind = EntryKind(entry.kind)
+        if not _is_normal(path):
+            normal_path(path)  # the specific complaint (absolute, leaves the root, …)
+            raise InvalidInput(f"workspace path {path[:80]!r} is not in normal form")
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    if (kind is EntryKind.FILE) != (entry.digest is not None):
+        raise InvalidInput(f"{path[:80]}: a file, and only a file, has a digest")
+    if entry.digest is not None:
+        _check_digest(str(entry.digest))
+    if (kind is EntryKind.LINK) != (entry.target is not None):
+        raise InvalidInput(f"{path[:80]}: a link, and only a link, has a target")
+    if not isinstance(entry.mode, int) or not 0 <= entry.mode <= PERMISSION_BITS:
+        raise InvalidInput(f"{path[:80]}: mode {entry.mode!r} is not permission bits")
+    if not isinstance(entry.size, int) or entry.size < 0:
+        raise InvalidInput(f"{path[:80]}: size {entry.size!r} is not a byte count")
+    return path
+
+
+def _is_normal(path: str) -> bool:
+    """``normal_path(path) == path``, ten times faster: relative, 1-4096 characters, no
+    NUL, no empty, ``.`` or ``..`` segment."""
+    if not 0 < len(path) <= 4096 or "\x00" in path:
+        return False
+    return all(segment not in _NOT_SEGMENTS for segment in path.split("/"))
+
+
+_NOT_SEGMENTS: Final = frozenset({"", ".", ".."})
 
 
 def _check_digest(digest: str) -> None:

@@ -57,7 +57,7 @@ async def version(
 ) -> WorkspaceVersion:
     """A version holding one file, ``notes.txt``, with ``text``."""
     data = text.encode()
-    await store.put_blob(data)
+    await store.workspaces.put_file(data)
     manifest = Manifest(
         entries=(
             ManifestEntry(
@@ -68,14 +68,7 @@ async def version(
             ),
         )
     )
-    ref = await store.put_blob(manifest.canonical())
-    return WorkspaceVersion(
-        id=manifest.version_id(),
-        manifest=ref,
-        base=base.id if base else None,
-        files=1,
-        size=len(data),
-    )
+    return await store.workspaces.put_version(manifest, base=base)
 
 
 async def answer(
