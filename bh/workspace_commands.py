@@ -193,7 +193,7 @@ def versions(
             made_by,
             str(version.files),
             f"{version.size:,}",
-            f"{applied.committed_at:%Y-%m-%d %H:%M:%S}",
+            f"{applied.committed_at:%Y-%m-%d %H:%M:%S}" if applied.committed_at else "",
         )
     console.print(table)
     for applied, change in zip(found.versions, changes, strict=True):

@@ -27,7 +27,7 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from contracts.blob import BlobRef, Digest
-from contracts.model import Frozen
+from contracts.model import AwareDatetime, Frozen
 
 #: where a tool sees the workspace when its label names no path
 DEFAULT_MOUNT: Final = "/workspace"
@@ -181,6 +181,9 @@ class AppliedVersion(Frozen):
     commit_id: str
     version: WorkspaceVersion
     operations: tuple[str, ...] = ()
+    #: when the commit was made (its record's ``committed_at``: the writer's clock, shown
+    #: to people, never compared)
+    committed_at: AwareDatetime | None = None
 
 
 #: the control-document member that holds a session's ``WorkspaceRetention``

@@ -14,7 +14,8 @@ import posixpath
 from dataclasses import dataclass
 from datetime import datetime
 
-from contracts import CommitRecord, InvalidInput, NotFound
+from contracts import InvalidInput, NotFound
+from contracts.workspace import AppliedVersion as IndexedVersion
 from contracts.workspace import EntryKind, Manifest, ManifestEntry, WorkspaceVersion, normal_path
 from session_api.workspace_views import AppliedVersion, VersionView
 from session_store import SessionStore
@@ -100,55 +101,48 @@ def workspace_path(path: str) -> str:
 
 
 async def applied_versions(store: SessionStore, session_id: str) -> list[AppliedVersion]:
-    """Every version the session applied, oldest first, read from its log; a fork's
-    list starts with the head it was forked with. ``NotFound`` without commits."""
-    found: list[AppliedVersion] = []
-    seen = 0
-    async for record in store.history(session_id):
-        seen = record.seq
-        applied = await _applied(store, record)
-        if applied is not None:
-            found.append(applied)
-    if seen == 0:
+    """Every version the session applied, oldest first, from the store's versions index
+    (``store.workspace_versions``); a fork's list starts with the head it was forked
+    with, at its first commit. ``NotFound`` without commits."""
+    first = await store.commits(session_id, limit=1)
+    if not first:
         raise NotFound(f"session {session_id!r} has no commits", session_id=session_id)
+    found: list[AppliedVersion] = []
+    fork = first[0].commit.fork
+    if fork is not None:
+        forked = (await store.session_at(session_id, first[0].seq)).state.workspace
+        if forked is not None:
+            found.append(
+                AppliedVersion(
+                    seq=first[0].seq,
+                    committed_at=first[0].committed_at,
+                    version=VersionView.of(forked),
+                    inherited_from=f"{fork.session_id}@{fork.seq}",
+                )
+            )
+    for entry in await store.workspace_versions(session_id):
+        if entry.session_id != session_id:
+            continue  # the origin's, up to the fork point: the fork's head stands for them
+        found.append(
+            AppliedVersion(
+                seq=entry.seq,
+                operation_id=await _producer(store, entry),
+                committed_at=entry.committed_at,
+                version=VersionView.of(entry.version),
+            )
+        )
     return found
 
 
-async def _applied(store: SessionStore, record: CommitRecord) -> AppliedVersion | None:
-    commit = record.commit
-    if commit.fork is not None:
-        forked = await store.session_at(record.session_id, record.seq)
-        version = forked.state.workspace
-        if version is None:
-            return None
-        origin = f"{commit.fork.session_id}@{commit.fork.seq}"
-        return AppliedVersion(
-            seq=record.seq,
-            committed_at=record.committed_at,
-            version=VersionView.of(version),
-            inherited_from=origin,
-        )
-    if commit.workspace is None:
-        return None
-    return AppliedVersion(
-        seq=record.seq,
-        operation_id=await _producer(store, record),
-        committed_at=record.committed_at,
-        version=VersionView.of(commit.workspace),
-    )
-
-
-async def _producer(store: SessionStore, record: CommitRecord) -> str | None:
-    """The operation whose applied result produced the commit's version: the one it
+async def _producer(store: SessionStore, entry: IndexedVersion) -> str | None:
+    """The operation whose applied result produced the version: the one its commit
     applied, or of several, the one whose result names that version."""
-    applied = record.commit.applied_operations
-    if len(applied) == 1:
-        return applied[0]
-    produced = record.commit.workspace
-    for operation_id in applied:
+    if len(entry.operations) == 1:
+        return entry.operations[0]
+    for operation_id in entry.operations:
         result = await store.get_operation_result(operation_id)
         version = None if result is None else result.version
-        if version is not None and produced is not None and version.id == produced.id:
+        if version is not None and version.id == entry.version.id:
             return operation_id
     return None
 

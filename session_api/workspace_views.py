@@ -75,7 +75,7 @@ class AppliedVersion(Frozen):
 
     seq: int
     operation_id: str | None = None
-    committed_at: datetime
+    committed_at: datetime | None = None
     version: VersionView
     inherited_from: str | None = None
 

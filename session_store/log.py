@@ -191,6 +191,7 @@ class CommitLog:
                     commit_id=record.commit_id,
                     version=commit.workspace,
                     operations=commit.applied_operations,
+                    committed_at=record.committed_at,
                 ),
             )
         was_active = state.is_active

@@ -1,6 +1,6 @@
 """A process that writes a workspace version or collects a session's, and can be made to
 SIGKILL itself at its n-th store write (``BH_CRASH_AT``: ``runtime.crashpoints``), for
-``tests/chaos/test_workspace_collection_crash.py``.
+``tests/chaos/test_store_workspace_collection_crash.py``.
 
 ``python -m tests.support.workspace_worker collect URL SESSION`` collects the session;
 ``… write URL SESSION`` uploads what the store lacks of ``WRITTEN``, records
