@@ -33,6 +33,7 @@ import tempfile
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -75,6 +76,8 @@ log = logging.getLogger(__name__)
 RAN_TO_END: Final = frozenset({Termination.EXITED, Termination.INVALID_OUTPUT})
 #: blobs fetched or uploaded at once
 _TRANSFERS = 8
+#: tries of ``put_version`` when blobs went missing under it (``_put_version``)
+_VERSION_ATTEMPTS = 3
 #: manifests kept parsed in memory (by version id)
 _MANIFESTS = 8
 
@@ -334,7 +337,7 @@ class WorkspaceFlow:
         refs = await asyncio.gather(
             *(self._upload(digest, run, paths[digest], done=True) for digest in lacking)
         )
-        version = await self.versions.put_version(found.manifest, base=mount.base)
+        version = await self._put_version(run, found.manifest, mount, new, refs)
         self.crash.reached("hands:workspace:version_put")
         log.info(
             "operation %s: version %s from %s: %d new blob(s), %d uploaded (%d bytes), "
@@ -352,6 +355,31 @@ class WorkspaceFlow:
             version.id, found.manifest, found.stats, held.stamp
         )
         return version
+
+    async def _put_version(
+        self,
+        run: RunDirectories,
+        manifest: Manifest,
+        mount: WorkspaceMount,
+        new: AbstractSet[str],
+        refs: list[BlobRef],
+    ) -> WorkspaceVersion:
+        """``put_version``; when the store says files are missing (a collection deleted
+        a blob ``missing`` had found present, before this writer's touch), ask again,
+        upload what it lacks, and retry — a few times, then the refusal stands."""
+        paths = {e.digest: e.path for e in manifest.entries if e.digest in new}
+        for attempt in range(_VERSION_ATTEMPTS):
+            try:
+                return await self.versions.put_version(manifest, base=mount.base)
+            except InvalidInput as refused:
+                if "missing" not in refused.details or attempt + 1 == _VERSION_ATTEMPTS:
+                    raise
+                lacking = await self.versions.missing(new)
+                log.info("%d blob(s) went missing before the version: uploaded again", len(lacking))
+                refs += await asyncio.gather(
+                    *(self._upload(digest, run, paths[digest]) for digest in lacking)
+                )
+        raise AssertionError("unreachable")
 
     async def _unchanged(
         self, record: Operation, run: RunDirectories, mount: WorkspaceMount, held: TreeState

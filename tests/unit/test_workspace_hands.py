@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from contracts import BlobRef, OperationResult, ReplayPolicy
+from contracts import BlobRef, InvalidInput, OperationResult, ReplayPolicy
 from contracts.errors import WorkspaceRefused
 from contracts.tool import Dispatch, ResultEvent, ToolDefinition
 from contracts.workspace import (
@@ -555,3 +555,39 @@ async def test_a_replay_starts_from_the_intent_s_base_again(hands: Hands, tmp_pa
     assert replayed.output == {"read": {"a": "1", "partial seen": False}}
     assert replayed.version is not None and await files(hands, replayed.version) == {"a": "1"}
     assert first.version is not None and replayed.version.id == first.version.id  # same tree
+
+
+class LosingVersions(CountingVersions):
+    """A store where a collection deletes one blob between ``missing`` (which found it
+    present) and ``put_version``: the first ``put_version`` refuses it as missing."""
+
+    def __init__(self, store: SessionStore) -> None:
+        super().__init__(store)
+        self.lost: str | None = None
+
+    async def missing(self, digests: Iterable[str]) -> set[str]:
+        wanted = set(digests)
+        if self.lost is not None and self.lost in wanted:
+            return {self.lost}  # asked again after the refusal: the lost one is missing
+        return await super().missing(wanted)
+
+    async def put_version(
+        self, manifest: Manifest, *, base: WorkspaceVersion | None
+    ) -> WorkspaceVersion:
+        if self.lost is None:
+            self.lost = next(e.digest for e in manifest.entries if e.digest is not None)
+            raise InvalidInput(
+                "1 file(s) of the manifest are not in the store", missing=[self.lost]
+            )
+        return await super().put_version(manifest, base=base)
+
+
+async def test_a_blob_lost_under_the_snapshot_is_uploaded_again_and_the_version_made(
+    hands: Hands,
+) -> None:
+    versions = LosingVersions(hands.store)
+    flow = WorkspaceFlow(versions, root=hands.root / "losing")
+    done = await run(hands, call("op-1", write={"a.txt": "A"}), hands.executor(flow=flow))
+    assert done.succeeded and done.version is not None, done
+    assert versions.put == [1, 1]  # uploaded, then once more after the refusal
+    assert await files(hands, done.version) == {"a.txt": "A"}
