@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 #: runs that ran to their end: their tree and artifacts are what they left
 RAN_TO_END: Final = frozenset({Termination.EXITED, Termination.INVALID_OUTPUT})
 #: blobs fetched or uploaded at once
-_TRANSFERS = 8
+_TRANSFERS = 16
 #: tries of ``put_version`` when blobs went missing under it (``_put_version``)
 _VERSION_ATTEMPTS = 3
 #: manifests kept parsed in memory (by version id)
