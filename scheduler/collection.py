@@ -8,8 +8,9 @@ uploads and its version left. The pass is taken in turn (``scheduler.turns``, wo
 ``collect``): the first scheduler to ask within a period does it, the others skip it.
 Two collections side by side are safe (the collector is crash- and race-safe), only
 wasteful — a pass lists every touch of the store — so a scheduler that just started
-does not claim the turn (as the audit does) but takes it only if nobody did within the
-period: restarts do not add passes. Errors are logged and the next period tries again.
+neither claims the turn (as the audit does) nor passes at once: its first pass is a
+period later, and only if nobody took the turn within the period, so restarts add no
+passes. Errors are logged and the next period tries again.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ class CollectionPass:
         return done
 
     async def run(self) -> None:
-        """A pass every ``every``, the first at once (if nobody took this period's)."""
+        """A pass every ``every``, the first one period after start: a scheduler that
+        starts spends its first moments on the audit, not on a scan of every blob."""
         while True:
+            await asyncio.sleep(self.every.total_seconds())
             try:
                 await self.collect()
             except BrainhandsError as error:
                 log.warning("workspace collection failed: %s", error.message)
-            await asyncio.sleep(self.every.total_seconds())

@@ -5,6 +5,7 @@ counted in the scheduler's metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -20,11 +21,13 @@ from contracts.workspace import WorkspaceRetention
 from coordination import redis_client
 from coordination.leases import RedisLeases
 from coordination.wakes import RQWakes
+from runtime.cancellation import cancel_and_wait
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Scheduler, SchedulerSettings
 from scheduler.turns import Turns
 from session_store import SessionStore, open_store
 from session_store.submissions import SessionClient
+from tests.support.eventually import assert_eventually
 from tests.support.services import require
 from tests.support.workspaces import apply_version
 
@@ -101,3 +104,23 @@ async def test_a_pass_keeps_every_version_the_default_retention_keeps(fleet: Fle
     done = await fleet.schedulers[0].collection.collect()
     assert done is not None and done.blobs == 0, done
     assert [e.path for e in (await store.workspaces.manifest(first)).entries] == sorted(FIRST)
+
+
+async def test_the_scheduler_runs_the_pass_every_period(fleet: Fleet) -> None:
+    store = fleet.store
+    first, _ = await apply_version(store, "w1", FIRST, operation_id="op-1")
+    await apply_version(store, "w1", FIXED, operation_id="op-2")
+    await SessionClient(store).set_retention("w1", WorkspaceRetention(keep_versions=1))
+    pass_ = fleet.schedulers[0].collection
+    pass_.every = timedelta(milliseconds=50)
+    running = asyncio.create_task(pass_.run())
+
+    async def collected() -> bool:
+        return pass_.collected["blobs"] == 2 and pass_.passes >= 2
+
+    try:
+        await assert_eventually(collected, said=lambda: f"{pass_.collected}, {pass_.passes}")
+    finally:
+        await cancel_and_wait(running)
+    with pytest.raises(NotFound):
+        await store.workspaces.manifest(first)
