@@ -334,10 +334,13 @@ async def test_bh_sets_a_sessions_retention(api: Api) -> None:
     kept = await bh("workspace", "retention", "w1", "--keep", "3")
     assert kept.exit_code == 0, kept.output
     assert "w1: keeps its latest 3 versions" in kept.output
+    shown = await bh("show", "w1")
+    assert shown.exit_code == 0 and "keeps 3 workspace versions" in shown.output, shown.output
     assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 3}
     cleared = await bh("workspace", "retention", "w1", "--clear")
     assert cleared.exit_code == 0 and "(the default)" in cleared.output, cleared.output
     assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 10}
+    assert "workspace versions" not in (await bh("show", "w1")).output  # the default
     for wrong in ([], ["--keep", "2", "--clear"], ["--keep", "0"]):
         refused = await bh("workspace", "retention", "w1", *wrong)
         assert refused.exit_code == 2, refused.output
