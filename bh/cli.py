@@ -50,7 +50,7 @@ class _Commands(LazyCommands):
         "images": Lazy("bh.images_commands"),
         "ops": Lazy("bh.ops_commands"),
         "tools": Lazy("bh.tools_commands"),
-        "workspace": Lazy("bh.workspace_commands"),  # bh workspace ls | get | diff | versions
+        "workspace": Lazy("bh.workspace_commands"),  # bh workspace ls | get | versions | ...
         "artifacts": Lazy("bh.artifact_commands"),
         # bh submit | sessions | show | watch | cancel | fork | ...
         **{name: Lazy("bh.session_commands", member=True) for name in _SESSION_COMMANDS},

@@ -33,6 +33,7 @@ from contracts import (
     TaskStatus,
 )
 from contracts.model import Frozen
+from contracts.workspace import WorkspaceRetention
 from session_api.views import (
     COMMIT_EVENT,
     ERROR_EVENT,
@@ -51,6 +52,7 @@ from session_api.views import (
     OutboxView,
     PreviewView,
     QuestionView,
+    RetentionRequest,
     SessionList,
     SessionView,
     SubmissionView,
@@ -130,6 +132,12 @@ class SessionApiClient(WorkspaceClient):
         body = BudgetRequest(budget=budget)
         await self._request(
             "PUT", f"/v1/sessions/{session_id}/budget", json=body.model_dump(mode="json")
+        )
+
+    async def set_retention(self, session_id: str, retention: WorkspaceRetention | None) -> None:
+        body = RetentionRequest(retention=retention)
+        await self._request(
+            "PUT", f"/v1/sessions/{session_id}/retention", json=body.model_dump(mode="json")
         )
 
     async def questions(self, *, queue: str | None = None) -> Inbox:

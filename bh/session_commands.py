@@ -47,6 +47,7 @@ from contracts import (
     TaskStatus,
 )
 from contracts.question import APPROVE, DENY
+from contracts.workspace import WorkspaceRetention
 from runtime.cancellation import cancel_and_wait
 from session_api.views import (
     DEFAULT_CANCEL_REASON,
@@ -798,6 +799,8 @@ def _head(view: SessionView) -> Text:
         )
     if view.budget is not None:
         head.append(f" · budget {view.budget.model_dump_json(exclude_none=True)}")
+    if view.retention != WorkspaceRetention():  # the default goes without saying
+        head.append(f" · keeps {view.retention.keep_versions} workspace versions")
     return head
 
 

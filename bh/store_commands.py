@@ -1,4 +1,5 @@
-"""``bh store``: create, inspect and list what a Session Store holds."""
+"""``bh store``: create, inspect and list what a Session Store holds; collect the
+workspace blobs nothing retains."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from bh import terminal
 from contracts import BrainhandsError, Operation
 from session_store import SessionHandle, SessionState, SessionStore, open_store
+from session_store.collection import Collected
 
 app = typer.Typer(help="Create and inspect Session Stores.", no_args_is_help=True)
 console = terminal.console()
@@ -66,6 +68,51 @@ def inspect(url: StoreUrl, session_id: str) -> None:
             console.print(f"pending outbox: {', '.join(sorted(handle.state.outbox))}")
 
     _run(_read_only(url, run))
+
+
+@app.command()
+def collect(
+    url: StoreUrl,
+    sessions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--session",
+            help="Collect what this session's retention lets go (repeatable); "
+            "default: the whole store's unretained blobs.",
+        ),
+    ] = None,
+    grace_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="BH_WORKSPACE_GRACE_SECONDS",
+            min=0,
+            help="Keep a blob a writer touched this recently (0 only with no writer running).",
+        ),
+    ] = 3600,
+) -> None:
+    """Delete the workspace versions and blobs nothing retains, safely beside running
+    writers (what the scheduler does every hour; docs/workspaces.md, "Retention")."""
+
+    async def run() -> None:
+        store = await open_store(url, workspace_grace_seconds=grace_seconds)
+        try:
+            for session_id in sessions or ():
+                _collected(session_id, await store.workspaces.collect(session_id))
+            if not sessions:
+                _collected("the store", await store.workspaces.collect_orphans())
+        finally:
+            await store.close()
+
+    _run(run())
+
+
+def _collected(what: str, done: Collected) -> None:
+    console.print(
+        f"{what}: {done.versions} version(s) and {done.blobs} blob(s) deleted; kept "
+        f"{done.kept_young} young and {done.kept_touched} touched meanwhile; "
+        f"{done.gone} already gone",
+        highlight=False,
+    )
 
 
 def _head(handle: SessionHandle) -> None:

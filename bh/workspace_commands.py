@@ -1,5 +1,6 @@
-"""``bh workspace ls | get | diff | versions``: a session's workspace as of any commit,
-through the Session API (``docs/workspaces.md``, "Reading a workspace").
+"""``bh workspace ls | get | diff | versions | retention``: a session's workspace as of
+any commit, through the Session API (``docs/workspaces.md``, "Reading a workspace"),
+and how many of its versions it keeps ("Retention").
 
 The API and its token are found as for ``bh show`` (``--api-url`` /
 ``BH_SESSION_API_URL``, ``--token`` / ``BH_SESSION_API_TOKEN``). Bytes go to ``-o FILE``
@@ -23,7 +24,7 @@ from bh import terminal
 from bh.api_client import print_json, run_client
 from bh.session_client import SessionApiClient
 from bh.session_commands import ApiToken, ApiUrl, Json, SessionArg
-from contracts.workspace import EntryKind, ManifestEntry
+from contracts.workspace import EntryKind, ManifestEntry, WorkspaceRetention
 from session_api.workspace_views import Change, DiffView, PathView, VersionList
 
 app = typer.Typer(
@@ -200,6 +201,37 @@ def versions(
         console.rule(f"commit {applied.seq}: {applied.operation_id or 'forked'}", align="left")
         for line in diff_lines(change) or [Text("(no change)")]:
             console.print(line, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def retention(
+    session_id: SessionArg,
+    keep: Annotated[
+        int | None,
+        typer.Option(
+            "--keep",
+            min=1,
+            max=100_000,
+            help="Keep this many of its latest versions from collection.",
+        ),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Back to the default (keep the latest 10).")
+    ] = False,
+    api_url: ApiUrl = None,
+    token: ApiToken = None,
+) -> None:
+    """Set how many of its latest workspace versions a session keeps from collection;
+    its head and the versions its open calls use are kept whatever this says."""
+    if (keep is None) != clear:
+        raise typer.BadParameter("give --keep N or --clear, one of them")
+    chosen = None if keep is None else WorkspaceRetention(keep_versions=keep)
+    run_client(SessionApiClient, api_url, token, lambda api: api.set_retention(session_id, chosen))
+    said = chosen or WorkspaceRetention()
+    default = " (the default)" if chosen is None else ""
+    console.print(
+        f"{session_id}: keeps its latest {said.keep_versions} versions{default}", highlight=False
+    )
 
 
 def entries_table(entries: list[ManifestEntry]) -> Table:

@@ -1,4 +1,5 @@
-"""``python -m scheduler`` (also ``bh scheduler``): results → wakes, timers, reconciler."""
+"""``python -m scheduler`` (also ``bh scheduler``): results → wakes, timers, reconciler,
+workspace collection."""
 
 from __future__ import annotations
 
@@ -47,15 +48,35 @@ def run(
         float,
         typer.Option(help="an open intent is looked at (its dispatch re-issued) this often"),
     ] = 30,
+    collect_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="BH_SCHEDULER_COLLECT_SECONDS",
+            min=0,
+            help="period of the workspace collection (one scheduler of the fleet); 0: off",
+        ),
+    ] = 3600,
+    workspace_grace_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="BH_WORKSPACE_GRACE_SECONDS",
+            min=0,
+            help="a workspace blob a writer touched this recently is never collected",
+        ),
+    ] = 3600,
     probe_port: ProbePort = None,
     probe_host: ProbeHost = "127.0.0.1",
 ) -> None:
     """Wake Brains for results, due timers and whatever Redis or NATS lost."""
     configure_logging("scheduler")
     setup_tracing("scheduler")
-    every = timedelta(seconds=reconcile_seconds) if reconcile_seconds > 0 else None
+    every = _period(reconcile_seconds)
     connections = Connections(
-        store_url=store, redis_url=redis_url, nats_url=nats, namespace=namespace
+        store_url=store,
+        redis_url=redis_url,
+        nats_url=nats,
+        namespace=namespace,
+        workspace_grace_seconds=workspace_grace_seconds,
     )
     try:
         asyncio.run(
@@ -64,6 +85,7 @@ def run(
                 SchedulerSettings(
                     reconcile_every=every,
                     reissue_after=timedelta(seconds=reissue_seconds),
+                    collect_every=_period(collect_seconds),
                     # an intent comes due ``reissue_after`` after its dispatch: looked
                     # at within a sixth of that (at most every 5 s)
                     attend_every=timedelta(seconds=min(5.0, max(0.2, reissue_seconds / 6))),
@@ -74,6 +96,10 @@ def run(
     except BrainhandsError as error:
         typer.echo(f"{error.code}: {error.message}", err=True)
         raise typer.Exit(2) from None
+
+
+def _period(seconds: float) -> timedelta | None:
+    return timedelta(seconds=seconds) if seconds > 0 else None
 
 
 async def _serve(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
+from pydantic import Field
+
 from bus import Bus, BusSettings
 from contracts.model import Frozen
 from coordination import redis_client
@@ -26,6 +28,8 @@ class Connections(Frozen):
     redis_url: str
     nats_url: str | None = None
     namespace: str = "bh"
+    #: the store's ``workspace_grace_seconds`` (``session_store.collection``)
+    workspace_grace_seconds: float = Field(default=3600.0, ge=0)
 
 
 async def build(
@@ -38,7 +42,9 @@ async def build(
     """A scheduler whose connections ``resources`` closes; wakes are routed to Brains
     that can run the session (``SessionRouter``), reconciler passes taken in turn."""
     prefix = connections.namespace
-    store = await open_store(connections.store_url)
+    store = await open_store(
+        connections.store_url, workspace_grace_seconds=connections.workspace_grace_seconds
+    )
     resources.push_async_callback(store.close)
     bus = None
     if connections.nats_url:

@@ -17,6 +17,7 @@ metric                                               type     labels
                                                               due), ``reason`` (not_backed,
                                                               invalid_id, malformed)
 ``brainhands_scheduler_reissues_duplicate_total``    counter  (re-issues the bus dropped)
+``brainhands_scheduler_workspace_collected_total``   counter  ``what`` (blobs)
 ``brainhands_dispatch_backlog``                      gauge    ``state`` (pending, in_flight)
 ``brainhands_dispatch_oldest_age_seconds``           gauge
 ``brainhands_results_backlog``                       gauge    ``state`` (pending, in_flight)
@@ -108,6 +109,15 @@ class SchedulerMetrics(Collector):
             "Re-issued dispatches the bus dropped as duplicates of an earlier message id",
             value=scheduler.duplicates,
         )
+        collected = CounterMetricFamily(
+            "brainhands_scheduler_workspace_collected",
+            "Workspace blobs (files and versions' manifests) this scheduler's collection "
+            "passes deleted",
+            labels=["what"],
+        )
+        # a pass over the whole store does not tell a manifest from a file: blobs only
+        collected.add_metric(["blobs"], scheduler.collection.collected["blobs"])
+        yield collected
         refused = CounterMetricFamily(
             "brainhands_scheduler_refused",
             "What a door refused, by door and reason: result events the store does not "

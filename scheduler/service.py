@@ -14,6 +14,8 @@
   a result whose event was lost wakes the session, and the session is looked at again
   while intents stay open. Losing all of NATS's data delays work and loses none; a pass
   costs in proportion to the sessions that need attention.
+* **Collection.** Every ``collect_every`` (an hour) one scheduler of the fleet deletes
+  the workspace blobs nothing retains (``scheduler.collection``).
 * **Audit.** On start, when Redis lost the attention set, and every ``reconcile_every``
   (10 min), every active session of the store that no Brain holds is woken and every
   session with open intents is put in the attention set: whatever Redis or NATS lost —
@@ -61,6 +63,7 @@ from coordination.timer import Timer
 from coordination.wakes import RQWakes
 from runtime.cancellation import cancel_and_wait
 from runtime.logs import log_context
+from scheduler.collection import CollectionPass
 from scheduler.turns import Turns
 from session_store import SessionStore
 
@@ -95,6 +98,9 @@ class SchedulerSettings(Frozen):
     #: how often this scheduler writes its beat (``session_store.fleet``: both streams'
     #: backlogs) for operators; None: never
     beat_every: timedelta | None = timedelta(seconds=10)
+    #: how often one scheduler of the fleet collects the workspace blobs nothing
+    #: retains (``scheduler.collection``); None: never
+    collect_every: timedelta | None = timedelta(hours=1)
 
 
 def new_scheduler_id() -> str:
@@ -136,10 +142,17 @@ class Scheduler:
         self.refused: Counter[tuple[str, str]] = Counter()
         #: re-issues the bus dropped as duplicates (none, unless a message id repeats)
         self.duplicates = 0
+        #: the periodic workspace collection, taken in turn with the other schedulers
+        self.collection = CollectionPass(
+            store,
+            turns=turns,
+            name=self.name,
+            every=self.settings.collect_every or timedelta(hours=1),
+        )
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
-        """Run the three loops until ``shutdown``. A loop that dies of an unexpected
+        """Run the loops until ``shutdown``. A loop that dies of an unexpected
         error ends the run with that error (a supervisor restarts the process) rather
         than leaving a scheduler that silently stopped consuming results."""
         loops = [self._timers()]
@@ -151,6 +164,8 @@ class Scheduler:
             loops.append(self._attending(self.settings.attend_every))
         if self.settings.beat_every is not None:
             loops.append(self._beating(self.settings.beat_every))
+        if self.settings.collect_every is not None:
+            loops.append(self.collection.run())
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopping = asyncio.create_task(self._stopping.wait())
         try:

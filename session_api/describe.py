@@ -47,6 +47,7 @@ from session_api.views import (
     WaitView,
 )
 from session_store import SessionHandle, SessionState, SessionStore
+from session_store.collection import retention_of
 from session_store.submissions import DECISIONS, input_policy
 from session_store.usage import budget_of, usage_of
 
@@ -90,6 +91,7 @@ async def session_view(store: SessionStore, handle: SessionHandle, *, entries: i
         input_policy=input_policy(state, None),
         usage=usage_of(state),
         budget=budget_of(state),
+        retention=retention_of(state),
         outbox=[OutboxView(id=m.id, topic=m.topic) for m in state.outbox.values()],
         archived=Archived(
             entries=state.entries_archived,

@@ -40,6 +40,7 @@ from session_api.views import (
     ForkView,
     InputPolicyRequest,
     OperationView,
+    RetentionRequest,
     SessionList,
     SessionStatus,
     SessionView,
@@ -154,6 +155,17 @@ def sessions_router(context: ApiContext) -> APIRouter:
         an agent's next model call waits for approval to go on, or fails (``on_exceed``)."""
         check_session(grant, session_id)
         await context.client.set_budget(session_id, body.budget)
+        return body
+
+    @router.put("/{session_id}/retention", responses=_ERRORS)
+    async def set_retention(
+        session_id: SessionId, body: RetentionRequest, grant: Operator
+    ) -> RetentionRequest:
+        """Set how many of its latest workspace versions the session keeps from
+        collection (null: back to the default, 10). Its head, the versions its open
+        calls mount or produced and what its forks keep are kept whatever this says."""
+        check_session(grant, session_id)
+        await context.client.set_retention(session_id, body.retention)
         return body
 
     @router.get("")

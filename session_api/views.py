@@ -34,6 +34,7 @@ from contracts import (
 from contracts.model import Frozen
 from contracts.question import RESERVED_ACTORS, reserved_actor
 from contracts.usage import SessionUsage
+from contracts.workspace import WorkspaceRetention
 
 #: The reason recorded when a cancel request gives none.
 DEFAULT_CANCEL_REASON: Final = "cancelled via the Session API"
@@ -124,6 +125,13 @@ class BudgetRequest(Frozen):
     """The session's model budget (null: none): ``{"tokens"?, "cost"?, "on_exceed"}``."""
 
     budget: Budget | None
+
+
+class RetentionRequest(Frozen):
+    """How many of its latest workspace versions the session keeps from collection (null:
+    back to the default, 10): ``{"keep_versions": N}``, 1 to 100,000."""
+
+    retention: WorkspaceRetention | None
 
 
 class InputPolicyRequest(Frozen):
@@ -313,6 +321,8 @@ class SessionView(Frozen):
     #: what its model calls used (total and by model), and its budget if one is set
     usage: SessionUsage = SessionUsage()
     budget: Budget | None = None
+    #: how many of its latest workspace versions it keeps from collection
+    retention: WorkspaceRetention = WorkspaceRetention()
     cancel_requests: dict[str, str] = Field(default_factory=dict)
     cancel_tasks: dict[str, str] = Field(default_factory=dict)
     #: operators' decisions on its uncertain operations, by operation id

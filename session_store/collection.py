@@ -134,10 +134,7 @@ class Collector:
         marked = await self._marked()
         done = Collected()
         versions = [v for v in await self._indexed(session_id) if v.id not in marked]
-        condemned = set(await self._condemned())
-        for digest in condemned & marked:  # a killed collection's mark on what is kept
-            await self._backend.delete(layout.CONDEMNED_PARTITION, digest)
-        candidates = condemned - marked
+        candidates = await self._resume(marked)
         for version in versions:
             candidates |= await self._digests(version) - marked
         ordered = sorted(candidates)
@@ -156,16 +153,30 @@ class Collector:
         cutoff = await self._clock.fresh() - self._grace
         marked = await self._marked()
         done = Collected()
+        # a killed collection's marks first, as ``collect`` does: one killed after
+        # deleting a blob's touch left a mark no listing of touches finds
+        resumed = await self._resume(marked)
+        for verdict in await asyncio.gather(*(self._sweep(d, cutoff) for d in resumed)):
+            setattr(done, verdict, getattr(done, verdict) + 1)
         for shard in layout.touched_partitions():
             old = [
                 item
                 for item, data in await self._backend.items(shard)
                 if item not in marked
+                and item not in resumed
                 and ((touch := _touch_of(data, f"{shard}/{item}")) is None or touch.at <= cutoff)
             ]
             for verdict in await asyncio.gather(*(self._sweep(d, cutoff) for d in old)):
                 setattr(done, verdict, getattr(done, verdict) + 1)
         return done
+
+    async def _resume(self, marked: set[str]) -> set[str]:
+        """The blobs a killed collection condemned that nothing retains (to sweep again);
+        its marks on what a retained version now names are lifted."""
+        condemned = set(await self._condemned())
+        for digest in condemned & marked:
+            await self._backend.delete(layout.CONDEMNED_PARTITION, digest)
+        return condemned - marked
 
     async def _marked(self) -> set[str]:
         """Every digest a retained version of any session names (manifest and files)."""

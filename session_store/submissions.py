@@ -40,6 +40,7 @@ from contracts import (
     TextInput,
 )
 from contracts.usage import BUDGET
+from contracts.workspace import RETENTION, WorkspaceRetention
 from session_store.handle import SessionHandle
 from session_store.intake import check_ids, check_size, input_limit, read_work
 from session_store.questions import answer_body, answer_commit
@@ -205,13 +206,25 @@ class SessionClient:
         """The session's model budget (None: none); the kernel checks it before every
         model call (``contracts.usage``)."""
         value = None if budget is None else budget.model_dump(mode="json", exclude_none=True)
-        patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={BUDGET: value}, create=True)
+        await self._set_object(session_id, BUDGET, value)
+
+    async def set_retention(self, session_id: str, retention: WorkspaceRetention | None) -> None:
+        """How many of its latest workspace versions the session keeps from collection
+        (None: back to the default, ``WorkspaceRetention()``); said once."""
+        value = None if retention is None else retention.model_dump(mode="json")
+        await self._set_object(session_id, RETENTION, value)
+
+    async def _set_object(
+        self, session_id: str, member: str, value: dict[str, JsonValue] | None
+    ) -> None:
+        """Set an object member of the control document to ``value`` (None: remove it)."""
+        patch = DocumentPatch(name=CONTROL_DOCUMENT, patch={member: value}, create=True)
         handle = await self.store.session(session_id)
-        # a merge patch merges objects: clear the old budget first, then set the new one
-        clear = DocumentPatch(name=CONTROL_DOCUMENT, patch={BUDGET: None}, create=True)
+        # a merge patch merges objects: clear the old value first, then set the new one
+        clear = DocumentPatch(name=CONTROL_DOCUMENT, patch={member: None}, create=True)
 
         def build(state: SessionState) -> Commit | None:
-            if control_member(state, BUDGET) == value:
+            if control_member(state, member) == value:
                 return None
             return Commit(documents=(clear, patch) if value is not None else (clear,))
 

@@ -509,6 +509,30 @@ async def test_a_collection_killed_midway_is_finished_by_the_next(
     assert await gone(store, made[0]) and await intact(store, made[1])
 
 
+async def test_a_collection_killed_after_its_last_touch_delete_is_finished_by_a_sweep(
+    location: StoreLocation,
+) -> None:
+    """The periodic pass runs ``collect_orphans`` only: it must finish what a killed
+    collection left condemned, even once the blob's touch is gone (killed between
+    deleting the touch and the mark), or the content stays refused to writers."""
+    store = await location.open(workspace_grace_seconds=0)
+    await keep(store, "s1", 1)
+    await history_of(store, "s1", 2)
+    own = digest(b"s1 0\n")
+    await store.backend.put(layout.CONDEMNED_PARTITION, own, b"{}")
+    for item in await store.backend.keys(layout.blob_partition(own)):
+        await store.backend.delete(layout.blob_partition(own), item)
+    await store.backend.delete(layout.touched_partition(own), own)
+    # and one it condemned that a retained version now names: the mark is lifted
+    kept = digest(COMMON)
+    await store.backend.put(layout.CONDEMNED_PARTITION, kept, b"{}")
+    collected = await store.workspaces.collect_orphans()
+    assert not await store.backend.keys(layout.CONDEMNED_PARTITION)
+    assert collected.gone == 1, collected
+    assert await store.workspaces.missing([own, kept]) == {own}
+    await store.workspaces.put_file(b"s1 0\n")  # no longer refused as being collected
+
+
 async def test_a_read_only_store_writes_nothing_for_a_workspace(location: StoreLocation) -> None:
     writer = await location.open()
     version = await version_of(writer, {"a.py": b"1"}, None)

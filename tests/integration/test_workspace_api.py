@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from bh.cli import app as bh_app
 from contracts import InvalidInput, NotFound
+from session_store import open_store
 from tests.integration.test_session_api import TOKEN, Api, open_api
 from tests.support.workspaces import Dir, File, Link, apply_version, record_result
+from webapi.auth import Access, Grant
 
 pytestmark = pytest.mark.sqlite
 
@@ -187,6 +190,8 @@ async def test_the_openapi_document_lists_the_workspace_routes(api: Api) -> None
     ):
         assert paths[path]["get"]["security"] == [{"HTTPBearer": []}], path
         assert "404" in paths[path]["get"]["responses"], path
+    retention = paths["/v1/sessions/{session_id}/retention"]["put"]
+    assert retention["security"] == [{"HTTPBearer": []}] and "404" in retention["responses"]
     tar = paths["/v1/sessions/{session_id}/workspace.tar"]["get"]["responses"]["200"]
     assert "application/x-tar" in tar["content"]
 
@@ -263,3 +268,80 @@ async def test_bh_reads_the_workspace_and_its_artifacts(api: Api, tmp_path: Path
     assert none.exit_code == 2 and "no artifact 'report.txt'" in none.stderr
     bad = await bh("artifacts", "get", "w1", "op/x", "report.txt")
     assert bad.exit_code == 2 and "operation id" in bad.output
+
+
+async def test_a_retention_is_set_shown_cleared_and_kept_by_collection(
+    api: Api, tmp_path: Path
+) -> None:
+    store = api.k.store
+    await apply_version(store, "w1", {**FIXED, "THIRD.txt": b"3\n"}, operation_id="op-write-3")
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 10}
+
+    one = {"retention": {"keep_versions": 1}}
+    put = await api.http.put("/v1/sessions/w1/retention", json=one)
+    assert put.status_code == 200 and put.json() == one, put.text
+    head = (await store.session("w1")).state.seq
+    await api.http.put("/v1/sessions/w1/retention", json=one)
+    assert (await store.session("w1")).state.seq == head  # said once
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == one["retention"]
+    for wrong in ({"keep_versions": 0}, {"keep_versions": "many"}, {"keep": 1}):
+        refused = await api.http.put("/v1/sessions/w1/retention", json={"retention": wrong})
+        assert refused.status_code == 422 and "retention" in refused.text, refused.text
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == one["retention"]
+
+    # a collector without a grace period (no writer runs here) keeps only the head's version
+    collector = await open_store(f"sqlite:///{tmp_path}/kernel.db", workspace_grace_seconds=0)
+    try:
+        collected = await collector.workspaces.collect("w1")
+    finally:
+        await collector.close()
+    assert collected.versions == 2 and collected.blobs >= 1, collected
+    head_file = await api.http.get("/v1/sessions/w1/workspace/files/THIRD.txt")
+    assert head_file.status_code == 200 and head_file.content == b"3\n"
+    first = await api.http.get("/v1/sessions/w1/workspace", params={"at": 1})
+    assert first.status_code == 404, first.text
+
+    cleared = await api.http.put("/v1/sessions/w1/retention", json={"retention": None})
+    assert cleared.status_code == 200 and cleared.json() == {"retention": None}
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 10}
+
+
+async def test_only_an_operator_of_the_session_sets_its_retention(tmp_path: Path) -> None:
+    reader, other = "reader-token-0123456789abcdef", "other-token-0123456789abcdef"
+    grants = [
+        Grant(name="reader", token=SecretStr(reader), access=Access.READ),
+        Grant(name="other", token=SecretStr(other), access=Access.OPERATE, sessions=("o-",)),
+    ]
+    async with open_api(tmp_path, tokens=grants) as opened:
+        for token in (reader, other):
+            refused = await opened.http.put(
+                "/v1/sessions/w1/retention",
+                json={"retention": {"keep_versions": 1}},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert refused.status_code == 403, refused.text
+        state = (await opened.k.store.session("w1")).state
+        assert state.seq == 0  # nothing written
+
+
+async def test_bh_sets_a_sessions_retention(api: Api) -> None:
+    env = {"BH_SESSION_API_URL": api.url, "BH_SESSION_API_TOKEN": TOKEN}
+    runner = CliRunner()
+
+    async def bh(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, bh_app, list(args), env=env)
+
+    kept = await bh("workspace", "retention", "w1", "--keep", "3")
+    assert kept.exit_code == 0, kept.output
+    assert "w1: keeps its latest 3 versions" in kept.output
+    shown = await bh("show", "w1")
+    assert shown.exit_code == 0 and "keeps 3 workspace versions" in shown.output, shown.output
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 3}
+    cleared = await bh("workspace", "retention", "w1", "--clear")
+    assert cleared.exit_code == 0 and "(the default)" in cleared.output, cleared.output
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 10}
+    assert "workspace versions" not in (await bh("show", "w1")).output  # the default
+    for wrong in ([], ["--keep", "2", "--clear"], ["--keep", "0"]):
+        refused = await bh("workspace", "retention", "w1", *wrong)
+        assert refused.exit_code == 2, refused.output
+    assert (await api.http.get("/v1/sessions/w1")).json()["retention"] == {"keep_versions": 10}

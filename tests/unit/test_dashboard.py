@@ -41,7 +41,13 @@ def exported() -> set[str]:
     only report what they read)."""
     scheduler = SchedulerMetrics(
         SimpleNamespace(
-            woken=Counter(), passes=0, reissued=0, duplicates=0, refusals=Counter, bus=None
+            woken=Counter(),
+            passes=0,
+            reissued=0,
+            duplicates=0,
+            refusals=Counter,
+            bus=None,
+            collection=SimpleNamespace(collected=Counter()),
         )  # type: ignore[arg-type]
     )
     scheduler._backlog = scheduler._results = Backlog(0.0, 0.0, 0.0)
