@@ -120,6 +120,7 @@ BODIES: dict[str, Any] = {
     "/v1/sessions/{session_id}/inputs": {"request_id": "a1", "question_id": "q1", "value": "x"},
     "/v1/sessions/{session_id}/input-policy": {"policy": "reject"},
     "/v1/sessions/{session_id}/budget": {"budget": {"tokens": 10}},
+    "/v1/sessions/{session_id}/retention": {"retention": {"keep_versions": 3}},
     "/v1/sessions/{session_id}/fork": {"at": 1, "into": "acme:fork"},
     "/v1/sessions/{session_id}/operations/{operation_id}/settle": {
         "outcome": "failed",
