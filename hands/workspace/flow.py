@@ -335,9 +335,9 @@ class WorkspaceFlow:
         paths = {e.digest: e.path for e in found.manifest.entries if e.digest in lacking}
         self.crash.reached("hands:workspace:before_upload")
         refs = await asyncio.gather(
-            *(self._upload(digest, run, paths[digest], done=True) for digest in lacking)
+            *(self._upload(digest, run, paths[digest], crash_point=True) for digest in lacking)
         )
-        version = await self._put_version(run, found.manifest, mount, new, refs)
+        version = await self._put_version(run, found.manifest, mount, new)
         self.crash.reached("hands:workspace:version_put")
         log.info(
             "operation %s: version %s from %s: %d new blob(s), %d uploaded (%d bytes), "
@@ -357,29 +357,22 @@ class WorkspaceFlow:
         return version
 
     async def _put_version(
-        self,
-        run: RunDirectories,
-        manifest: Manifest,
-        mount: WorkspaceMount,
-        new: AbstractSet[str],
-        refs: list[BlobRef],
+        self, run: RunDirectories, manifest: Manifest, mount: WorkspaceMount, new: AbstractSet[str]
     ) -> WorkspaceVersion:
         """``put_version``; when the store says files are missing (a collection deleted
         a blob ``missing`` had found present, before this writer's touch), ask again,
         upload what it lacks, and retry — a few times, then the refusal stands."""
         paths = {e.digest: e.path for e in manifest.entries if e.digest in new}
-        for attempt in range(_VERSION_ATTEMPTS):
+        for _ in range(_VERSION_ATTEMPTS - 1):
             try:
                 return await self.versions.put_version(manifest, base=mount.base)
             except InvalidInput as refused:
-                if "missing" not in refused.details or attempt + 1 == _VERSION_ATTEMPTS:
+                if "missing" not in refused.details:
                     raise
-                lacking = await self.versions.missing(new)
-                log.info("%d blob(s) went missing before the version: uploaded again", len(lacking))
-                refs += await asyncio.gather(
-                    *(self._upload(digest, run, paths[digest]) for digest in lacking)
-                )
-        raise AssertionError("unreachable")
+            lacking = await self.versions.missing(new)
+            log.info("%d blob(s) went missing before the version: uploaded again", len(lacking))
+            await asyncio.gather(*(self._upload(digest, run, paths[digest]) for digest in lacking))
+        return await self.versions.put_version(manifest, base=mount.base)
 
     async def _unchanged(
         self, record: Operation, run: RunDirectories, mount: WorkspaceMount, held: TreeState
@@ -411,10 +404,10 @@ class WorkspaceFlow:
         path: str | None,
         *,
         artifacts: str | None = None,
-        done: bool = False,
+        crash_point: bool = False,
     ) -> BlobRef:
         """Put one blob (from the cache, else the run's file, checked) in the store
-        (``done``: a snapshot's file, whose upload is a crash point)."""
+        (``crash_point``: a snapshot's file, whose upload is a crash point)."""
         async with self._transfers:
             data = await asyncio.to_thread(self.cache.read, digest)
             if data is None:
@@ -427,7 +420,7 @@ class WorkspaceFlow:
                     f"keeps in one blob ({error.message})",
                     path=path or artifacts,
                 ) from None
-        if done:
+        if crash_point:
             self.crash.reached("hands:workspace:uploaded")
         return ref
 
