@@ -52,6 +52,26 @@ Approve = Annotated[
     ),
 ]
 
+#: the deployment gives these in the environment (the service table: a ConfigMap key on
+#: Kubernetes, a setting of compose.yaml), whitespace-separated, so a user's own agent
+#: code needs no change of the service's command (docs/deploy-own-agent.md)
+Plugins = Annotated[
+    list[str] | None,
+    typer.Option(
+        envvar="BH_BRAIN_PLUGINS",
+        help="a plugin to load, module:function; repeatable (the variable: several, "
+        "separated by spaces)",
+    ),
+]
+Sandboxed = Annotated[
+    list[str] | None,
+    typer.Option(
+        envvar="BH_BRAIN_SANDBOXED",
+        help="a registered tool to run on the Hands; repeatable (the variable: several, "
+        "separated by spaces)",
+    ),
+]
+
 
 def _limits(settings: BrainSettings, client: Redis, prefix: str) -> ModelLimits | None:
     model = settings.model
@@ -82,10 +102,8 @@ def main() -> None:
 def run(
     store: Annotated[str, typer.Option(envvar="BH_STORE_URL", help="Session Store URL")],
     session: Annotated[str, typer.Option(help="session id")],
-    plugin: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
-    sandboxed: Annotated[
-        list[str] | None, typer.Option(help="registered tool to run on the Hands, repeatable")
-    ] = None,
+    plugin: Plugins = None,
+    sandboxed: Sandboxed = None,
     nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus namespace")] = "bh",
     approve: Approve = None,
@@ -116,10 +134,8 @@ def worker(
     redis_url: Annotated[
         str, typer.Option("--redis", envvar="BH_REDIS_URL", help="Redis (leases, wakes)")
     ],
-    plugin: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
-    sandboxed: Annotated[
-        list[str] | None, typer.Option(help="registered tool to run on the Hands, repeatable")
-    ] = None,
+    plugin: Plugins = None,
+    sandboxed: Sandboxed = None,
     nats: Annotated[str | None, typer.Option(envvar="BH_NATS_URL", help="NATS URL")] = None,
     namespace: Annotated[str, typer.Option(envvar="BH_NAMESPACE", help="bus/Redis prefix")] = "bh",
     concurrency: Annotated[int, typer.Option(help="sessions driven at once")] = 8,

@@ -46,22 +46,35 @@ REDIS = setting(
     "redis://redis:6379/0?passfile=/run/secrets/redis.pass",
     secret="redis.pass",
 )
-PROBES = (
-    fixed("BH_PROBE_PORT", str(PROBE_PORT)),
-    fixed("BH_PROBE_HOST", "0.0.0.0", local=None),  # bh up: loopback
-    # the scrape token of the workers' /metrics, beside their probes (webapi.exposition)
-    secret_file("BH_METRICS_TOKENS_FILE", "metrics.tokens", local="BH_METRICS_TOKEN"),
-)
+#: readiness failing this long ends the process (exit 3) so its supervisor starts a fresh
+#: one (webapi.probes); bh up sets 0 (never): nothing there would restart it
+UNREADY_LIMIT = setting("BH_UNREADY_LIMIT_S", None, "90", local=None)
+PROBE_HOST = fixed("BH_PROBE_HOST", "0.0.0.0", local=None)  # bh up: loopback
+#: the scrape token of the workers' /metrics, beside their probes (webapi.exposition)
+METRICS = secret_file("BH_METRICS_TOKENS_FILE", "metrics.tokens", local="BH_METRICS_TOKEN")
+PROBES = (fixed("BH_PROBE_PORT", str(PROBE_PORT)), PROBE_HOST, METRICS, UNREADY_LIMIT)
+#: the Hands' probes: in the host's network namespace under compose, where the port is
+#: the deployment's setting (BH_HANDS_PROBE_PORT there); 8081 in a pod of their own
+HOST_PROBES = (setting("BH_PROBE_PORT", None, str(PROBE_PORT)), PROBE_HOST, METRICS, UNREADY_LIMIT)
 MODEL = (
     # bh up sets these only for an example (its scripted model server)
     setting("BH_MODEL_BASE_URL", "model-base-url", "http://model:8000/v1", local=None),
     setting("BH_MODEL_NAME", "model-name", "default", local=None),
     secret_value("BH_MODEL_API_KEY", "model-api-key"),
 )
+#: the user's own agent code in the Brains' image (bh images build --services --plugin;
+#: docs/deploy-own-agent.md): which plugins to load and which tools to run on the Hands,
+#: whitespace-separated; bh up passes them as options
+PLUGINS = (
+    setting("BH_BRAIN_PLUGINS", "brain-plugins", "", local=None),
+    setting("BH_BRAIN_SANDBOXED", "brain-sandboxed", "", local=None),
+)
 ENGINE = (
     fixed("BH_HANDS_SANDBOX", "docker"),
     fixed("DOCKER_HOST", ENGINE_SOCKET, local=None),  # bh up: the host's engine
     secret_file("BH_HANDS_SECRET_FILE", "hands.secret", local="BH_HANDS_SECRET"),
+    # the sandboxes' network for granted egress: two deployments on one engine need two
+    setting("BH_HANDS_EGRESS_NETWORK", None, "bh-egress", local=None),
 )
 
 
@@ -131,6 +144,7 @@ SERVICES: Final = (
             ),
             fixed("BH_SESSION_API_HOST", "0.0.0.0", local=None),
             fixed("BH_SESSION_API_PORT", str(SESSION_API_PORT), local=None),  # bh up: --port
+            UNREADY_LIMIT,
         ),
         ports=(Port("api", SESSION_API_PORT, "BH_SESSION_API_PORT"),),
         probe=Probe("api"),
@@ -148,7 +162,9 @@ SERVICES: Final = (
             *ENGINE,
             secret_file("BH_HANDS_API_TOKENS_FILE", "hands-api.tokens", local="BH_HANDS_API_TOKEN"),
             fixed("BH_HANDS_API_HOST", "0.0.0.0", local=None),
-            fixed("BH_HANDS_API_PORT", str(HANDS_API_PORT), local=None),  # bh up: --port
+            # a port of the host's network under compose (a setting there); bh up: --port
+            setting("BH_HANDS_API_PORT", None, str(HANDS_API_PORT), local=None),
+            UNREADY_LIMIT,
         ),
         ports=(Port("api", HANDS_API_PORT, "BH_HANDS_API_PORT"),),
         probe=Probe("api"),
@@ -163,7 +179,7 @@ SERVICES: Final = (
         kind=Kind.WORKER,
         command=("brain",),
         module=("brain", "worker"),
-        env=(*STORE, REDIS, nats("brain"), *PROBES, *MODEL),
+        env=(*STORE, REDIS, nats("brain"), *PROBES, *MODEL, *PLUGINS),
         ports=(probe_port(),),
         probe=Probe("probe"),
         nats_role="brain",
@@ -183,7 +199,7 @@ SERVICES: Final = (
             secret_file("BH_HANDS_CREDENTIALS", "hands.credentials", local=None),
             # operations at once; the autoscaler's target per Hands is the same number
             setting("BH_HANDS_CONCURRENCY", None, "4", local=None),
-            *PROBES,
+            *HOST_PROBES,
         ),
         ports=(probe_port(),),
         probe=Probe("probe"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -114,6 +116,21 @@ class Deployment:
 
     def _unhealthy(self, service: str) -> list[tuple[Any, str]]:
         return [(c, _last_check(c)) for c in self.containers(service) if _health(c) != "healthy"]
+
+    async def killed_and_restarted(self, container: Any, within: float) -> bool:
+        """SIGKILL the container's process from the host (a crash, not ``docker kill``,
+        which Docker takes for a manual stop and never restarts); whether its restart
+        policy started it again within ``within`` seconds, by itself."""
+        await asyncio.to_thread(container.reload)
+        before = int(container.attrs["RestartCount"])
+        os.kill(int(container.attrs["State"]["Pid"]), signal.SIGKILL)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await asyncio.to_thread(container.reload)
+            if int(container.attrs["RestartCount"]) > before and container.status == "running":
+                return True
+            await asyncio.sleep(0.5)
+        return False
 
     async def addresses(self, containers: list[Any]) -> dict[str, Any]:
         """Each container by its address on the network of the services outside."""

@@ -2,9 +2,11 @@
 hit (for the run's schedule, as ``bh chaos`` prints it).
 
 - ``scale``: ``docker-compose up --scale`` (removed containers get SIGTERM);
-- ``kill_brain_mid_tool``: ``docker kill`` the Brain inside an email send (found through
-  the email relay: the client port the service saw, the container behind it);
-- ``kill_hands_mid_run``: ``docker kill`` a Hands while a sandboxed run is in flight;
+- ``kill_brain_mid_tool``: SIGKILL the Brain's process from the host inside an email
+  send (found through the email relay: the client port the service saw, the container
+  behind it); its restart policy must start it again by itself — ``docker kill`` would
+  not do (Docker takes it for a manual stop, issue 36);
+- ``kill_hands_mid_run``: the same to a Hands while a sandboxed run is in flight;
 - ``partition_brain``: ``docker network disconnect`` a Brain from the deployment's
   network (Redis, the store, NATS; the model and email service stay reachable) past its
   lease, then reconnect it;
@@ -93,22 +95,21 @@ class Faults:
 
     async def kill_brain_mid_tool(self) -> str:
         brain, why = await self._brain_in_send()
-        await asyncio.to_thread(brain.kill)
-        await self._restarted(brain, "brain")
+        await self._killed(brain, "brain")
         return f"{brain.name} ({why})"
 
     async def kill_hands_mid_run(self) -> str:
         running = await self._until(self._runs)
         hands = random.choice(await self.deployment.found("hands"))
-        await asyncio.to_thread(hands.kill)
-        await self._restarted(hands, "hands")
+        await self._killed(hands, "hands")
         return f"{hands.name} ({f'{running} runs in flight' if running else 'no run seen'})"
 
-    async def _restarted(self, container: Any, service: str) -> None:
-        """The restart policy brings a killed container back; start it if not."""
-        await asyncio.sleep(2)
-        await asyncio.to_thread(container.reload)
-        if container.status != "running":
+    async def _killed(self, container: Any, service: str) -> None:
+        """SIGKILL ``container``'s process; its restart policy must bring it back by
+        itself (a violation if not: then it is started, so the rest of the run counts)."""
+        if not await self.deployment.killed_and_restarted(container, within=RECOVERY):
+            self.violations.append(f"{container.name} was not restarted after its SIGKILL")
+            print(f"VIOLATION {self.violations[-1]} (starting it)", flush=True)
             await asyncio.to_thread(container.start)
         count = len(await self.deployment.found(service))
         await self.deployment.healthy(service, count)

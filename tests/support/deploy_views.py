@@ -171,7 +171,9 @@ def _compose_probes(spec: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
     text = " ".join(test) if isinstance(test, list) else str(test or "")
     for word in text.replace("'", " ").replace('"', " ").split():
         if "/readyz" in word and ":" in word:
-            port = word.rsplit("/readyz", 1)[0].rsplit(":", 1)[-1]
+            port = word.rsplit("/readyz", 1)[0]
+            # a setting's default (``${BH_HANDS_PROBE_PORT:-8081}``) is the port it asks
+            port = port.removesuffix("}").rsplit(":-" if port.endswith("}") else ":", 1)[-1]
             if port.isdigit():
                 return {"ready": ("/readyz", int(port))}
     return {}
