@@ -22,7 +22,9 @@ file                     what
 =======================  ==============================================================
 
 Idempotent: a file that exists is kept (delete it to rotate; the servers and services
-read theirs at start), a missing one is made. Never printed, never in a command line.
+read theirs at start), a missing one is made. Never in a command line, and printed only
+when asked: ``python -m bh.deploy_secrets DIR --token session-api`` prints that API's
+admin token, for the operator's own shell (``export BH_SESSION_API_TOKEN="$(…)"``).
 Files are mode 0440, owner root, group 10001 — the services' uid and gid in the image —
 from their first byte: the services running as 10001 read them as their group, those
 running as root (the Hands, the Hands API, the init job) as their owner, and others on
@@ -143,9 +145,27 @@ _FILES: Final[Mapping[str, Callable[[Path], str]]] = {
 }
 
 
+#: the APIs whose admin token ``--token`` prints
+APIS: Final = ("session-api", "hands-api")
+
+
+def admin_token(directory: Path, api: str) -> str:
+    """The admin token in ``DIR/<api>.tokens``."""
+    document = json.loads((directory / f"{api}.tokens").read_text())
+    return str(next(t["token"] for t in document["tokens"] if t.get("access") == "admin"))
+
+
 def main(argv: list[str]) -> int:
+    usage = f"usage: python -m bh.deploy_secrets DIRECTORY [--token {'|'.join(APIS)}]"
+    if len(argv) == 3 and argv[1] == "--token" and argv[2] in APIS:
+        try:
+            print(admin_token(Path(argv[0]), argv[2]))
+        except (OSError, ValueError, KeyError, StopIteration) as error:
+            print(f"{argv[0]}: no admin token of {argv[2]}: {error}", file=sys.stderr)
+            return 2
+        return 0
     if len(argv) != 1:
-        print("usage: python -m bh.deploy_secrets DIRECTORY", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     directory = Path(argv[0])
     made = ensure(directory)

@@ -11,7 +11,9 @@ import stat
 import threading
 from pathlib import Path
 
-from bh.deploy_secrets import ensure
+import pytest
+
+from bh.deploy_secrets import admin_token, ensure, main
 from bh.devstack.auth import ROLES
 
 RUNS = 6
@@ -58,3 +60,16 @@ def test_runs_at_once_make_one_consistent_set_of_files(tmp_path: Path) -> None:
         assert len(every) == len(set(every)), f"round {round_}: a file made twice: {every}"
         for path in directory.iterdir():  # the lock too: nothing others may read
             assert not path.stat().st_mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP), path
+
+
+def test_token_prints_an_apis_admin_token_and_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ensure(tmp_path / "secrets")
+    assert main([str(tmp_path / "secrets"), "--token", "session-api"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == admin_token(tmp_path / "secrets", "session-api")
+    assert printed in (tmp_path / "secrets" / "session-api.tokens").read_text()
+    assert main([str(tmp_path / "secrets"), "--token", "redis"]) == 2  # not an API
+    assert main([str(tmp_path / "nowhere"), "--token", "hands-api"]) == 2
+    assert "no admin token of hands-api" in capsys.readouterr().err
