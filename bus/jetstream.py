@@ -328,10 +328,23 @@ class Bus:
                 self._note(config, found.config)
 
     async def close(self) -> None:
+        """Drain (deliveries in hand finish), or close at once when the connection is
+        not up. Closing a dead connection ends quietly: nats-py's close awaits the old
+        transport's end, which then fails with that transport's error (a reset, or the
+        cancellation of its close waiter); a process stopping because NATS stayed away
+        must exit with its own status, not that error (issue 36)."""
         try:
             await self.nc.drain()
         except (TimeoutError, nats.errors.Error, OSError):
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except (nats.errors.Error, OSError) as error:
+                log.info("nats: the dead connection's close said %r", error)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the caller's own cancellation
+                log.info("nats: the dead connection's close was cancelled under it")
 
 
 class _Refusal:
