@@ -211,7 +211,9 @@ class _Plan:
     def _pip_wheel(self) -> Path:
         """pip's wheel for the image (its venv has none): the service wheelhouse's, else
         one downloaded beside the plugins' dependencies."""
-        candidates = [*self.cache.glob("*/pip-*.whl"), *self._downloads().glob("pip-*.whl")]
+        candidates = list(self.cache.glob("*/pip-*.whl"))
+        if not candidates:
+            candidates = list(self._downloads().glob("pip-*.whl"))
         if not candidates:
             self.say("plugins: downloading pip's wheel for the image")
             _download(self._downloads(), self.python, ["pip"])
@@ -221,14 +223,19 @@ class _Plan:
     def _downloads(self) -> Path:
         """Dependency wheels for the image's python, shared by every plugins build."""
         key = hashlib.sha256("\n".join([self.python, *wheel_platforms()]).encode())
-        folder = self.cache.parent / "plugin-wheels" / key.hexdigest()[:16]
+        folder = self._downloads_root() / key.hexdigest()[:16]
         folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    def _downloads_root(self) -> Path:
+        return self.cache.parent / "plugin-wheels"
 
     def _resolve(self, own: Path, pip: Path) -> list[Path]:
         """The dependency wheels the image lacks: its pip resolves offline against what it
         holds; each distribution it misses is downloaded and the resolution repeated."""
-        downloads: Path | None = None
+        # what earlier builds downloaded counts from the start: a second build of the same
+        # dependencies downloads nothing
+        downloads = self._downloads() if self._downloads_root().exists() else None
         for _ in range(RESOLVE_ROUNDS):
             missing, report = _dry_run(self.client, self.service, own, downloads, pip)
             if not missing:

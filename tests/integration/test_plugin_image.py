@@ -70,8 +70,9 @@ def _package(root: Path, module: str) -> Path:
     return root
 
 
-def _build(sources: list[Path], name: str) -> BuiltImage:
-    built = _in_thread(build_plugin_image(sources, name=name, say=lambda _: None))
+def _build(sources: list[Path], name: str, said: list[str] | None = None) -> BuiltImage:
+    say = (said if said is not None else []).append
+    built = _in_thread(build_plugin_image(sources, name=name, say=say))
     assert isinstance(built, BuiltImage)
     return built
 
@@ -81,8 +82,11 @@ def test_the_users_package_imports_in_an_image_that_still_runs_as_the_service_us
 ) -> None:
     module = f"plug_{uuid.uuid4().hex[:8]}"
     sources = plugin_sources([_package(tmp_path / "pkg", module)])
-    built = _build(sources, name)
+    said: list[str] = []
+    built = _build(sources, name, said)
     assert not built.skipped and built.tag == plugins_tag(name)
+    # no dependencies of its own: nothing to download, not even pip (the service's)
+    assert not [line for line in said if "download" in line], said
     image = engine.images.get(built.tag)
     assert engine.images.get(f"{name}:latest").id == image.id == built.image_id
     assert image.attrs["Config"]["User"] == f"{SERVICE_UID}:{SERVICE_UID}"
