@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
 from bh import terminal
+from bh.plugin_image import PLUGINS_REPOSITORY, build_plugin_image, plugin_sources, plugins_name
 from bh.service_image import build_service_image
-from contracts import BrainhandsError
+from contracts import BrainhandsError, InvalidInput
 from hands.images import build_images, list_images, tool_directories
 
 app = typer.Typer(help="Build and list sandboxed tool images.", no_args_is_help=True)
@@ -57,14 +59,43 @@ def build(
             "no index inside the build).",
         ),
     ] = False,
+    plugins: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--plugin",
+            metavar="PATH",
+            help="Your own agent code: a directory with a pyproject.toml, installed into a "
+            "derived service image (repeatable; implies --services). Its dependencies the "
+            "service image lacks are downloaded on the host; the build reaches no index.",
+            show_default=False,
+        ),
+    ] = None,
+    service_image: Annotated[
+        str | None,
+        typer.Option(
+            "--service-image",
+            metavar="NAME",
+            help="Repository of the image with the --plugin packages, tagged :<version> and "
+            f":latest (default: {PLUGINS_REPOSITORY}).",
+            show_default=False,
+        ),
+    ] = None,
     docker_host: DockerHost = None,
 ) -> None:
     """Build the base and tool images; images already up to date are skipped."""
     started = time.monotonic()
+    sources, name = _checked(lambda: _plugin_arguments(plugins or [], service_image))
     built = _run(build_images(docker_host, names=names or None, base=base, say=console.print))
-    if services:
+    if services or sources:
         service = _run(build_service_image(docker_host, say=console.print))
         built[service.tag] = service
+    if sources:
+        derived = _run(
+            build_plugin_image(
+                sources, service=service.tag, name=name, docker_host=docker_host, say=console.print
+            )
+        )
+        built[derived.tag] = derived
     fresh = sum(not image.skipped for image in built.values())
     console.print(
         f"{len(built)} images ready ({fresh} built, {len(built) - fresh} up to date) "
@@ -86,9 +117,21 @@ def list_(docker_host: DockerHost = None) -> None:
     console.print(table)
 
 
-def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+def _plugin_arguments(plugins: list[Path], service_image: str | None) -> tuple[list[Path], str]:
+    if service_image is not None and not plugins:
+        raise InvalidInput(
+            "--service-image names the image of the --plugin packages: give --plugin"
+        )
+    return plugin_sources(plugins), plugins_name(service_image or PLUGINS_REPOSITORY)
+
+
+def _checked(check: Callable[[], _T]) -> _T:
     try:
-        return asyncio.run(coroutine)
+        return check()
     except BrainhandsError as error:
         console.print(f"[red]{error.code}[/]: {error.message}")
         raise typer.Exit(2) from None
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    return _checked(lambda: asyncio.run(coroutine))
