@@ -385,4 +385,5 @@ def _tls(url: str) -> tuple[str, ssl.SSLContext | None]:
 
 
 async def _log_error(error: Exception) -> None:
-    log.warning("nats: %s", error)
+    # a connect that timed out says nothing of itself (str() is empty): name its class
+    log.warning("nats: %s", str(error) or type(error).__name__)

@@ -137,7 +137,7 @@ async def test_your_own_agent_deploys_from_the_docs_and_its_services_restart_by_
 
 def _last_json(printed: str) -> dict[str, Any]:
     """The last JSON document printed (``bh show --json``'s, after the other commands')."""
-    return dict(json.loads(printed[printed.rindex("\n{\n") :]))
+    return dict(json.loads(printed[printed.rindex('{\n  "session_id"') :]))
 
 
 def _answered(shown: dict[str, Any], name: str) -> None:
@@ -174,6 +174,7 @@ async def _cut_from_nats(deployment: Deployment, scheduler: Any) -> None:
         pytest.fail(f"{scheduler.name}: cut from NATS, still not restarted after {deadline} s")
     log = (await asyncio.to_thread(scheduler.logs)).decode(errors="replace")
     assert "so that a fresh process takes over" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]  # it stopped and exited 3, not crashed
     await deployment.healthy("scheduler-1", 1, within=120)
 
 
