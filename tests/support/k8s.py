@@ -17,7 +17,7 @@ from tests.support.processes import ROOT
 from tests.support.services import missing
 
 K8S = ROOT / "infra" / "k8s"
-OVERLAYS = ("dev", "prod")
+OVERLAYS = ("dev", "prod", "own-agent")
 #: the oldest with native sidecars on by default (1.29+) that its schemas cover well,
 #: and the newest the installed kubernetes-validate knows
 VERSIONS = ("1.30.0", "1.37.0")

@@ -82,3 +82,30 @@ def _secret_references(node: object) -> list[str]:
     if isinstance(node, list):
         return [ref for value in node for ref in _secret_references(value)]
     return []
+
+
+def test_the_own_agent_overlay_carries_your_code_image_plugins_and_tools() -> None:
+    """docs/deploy-own-agent.md on Kubernetes: every service runs the image with the
+    user's package, the Brains load its plugin and sandboxed tool from the ConfigMap,
+    and the init job registers (every engine pulls) its tool image."""
+    found = documents("own-agent")
+    maps = {doc["metadata"]["name"]: doc for doc in found if doc["kind"] == "ConfigMap"}
+    settings = next(doc["data"] for name, doc in maps.items() if "tools" not in name)
+    tools = next(doc["data"] for name, doc in maps.items() if "tools" in name)
+    assert settings["brain-plugins"] == "greeter.tasks:plugin"
+    assert settings["brain-sandboxed"] == "letter_count"
+    assert "greeter/letter-count:1" in tools["tools.json"]
+    assert "greeter/letter-count:1" in tools["images.txt"]
+    images = {
+        container["image"]
+        for doc in found
+        if doc["kind"] in {"Deployment", "Job"}
+        for container in doc["spec"]["template"]["spec"]["containers"]
+        if container["name"] != "engine"
+    }
+    assert images == {"registry.example.com/brainhands/service-plugins:0.1.0"}
+    brain = next(
+        doc for doc in found if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "brain"
+    )
+    env = {item["name"]: item for item in brain["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["BH_BRAIN_PLUGINS"]["valueFrom"]["configMapKeyRef"]["key"] == "brain-plugins"
