@@ -38,13 +38,13 @@ from bh.service_image import (
     _inspect,
     _pip,
     _python_of,
+    build_labelled,
     project,
     service_tag,
     wheel_platforms,
 )
 from contracts.errors import BrainhandsError, InvalidInput
 from hands.images import BUILD_HASH_LABEL, BuiltImage, Say
-from runtime.build import image_build_id
 
 PLUGINS_REPOSITORY: Final = "brainhands/service-plugins"
 RECIPE: Final = CHECKOUT / "infra" / "images" / "plugins"
@@ -175,7 +175,8 @@ async def build_plugin_image(
             plan = _Plan(client, service, Path(context), cache or _cache(), say)
             await asyncio.to_thread(plan.assemble, sources)
             say(f"{tag}: building from {RECIPE} (FROM {service})")
-            image = await asyncio.to_thread(_build, client, plan.root, tag, service, wanted)
+            base = {"SERVICE": service}
+            image = await asyncio.to_thread(build_labelled, client, plan.root, tag, wanted, base)
         say(f"{tag}: built in {time.monotonic() - started:.1f} s ({image.id})")
         return BuiltImage(tag, image.id, skipped=False)
     finally:
@@ -320,28 +321,3 @@ def _dry_run(
             ) from None
         return found, {}
     return [], dict(json.loads(output.decode()))
-
-
-def _build(client: Any, context: Path, tag: str, service: str, wanted: str) -> Any:
-    import docker
-
-    try:
-        image, _ = client.images.build(
-            path=str(context),
-            tag=tag,
-            buildargs={"SERVICE": service, "BUILD_ID": image_build_id(wanted)},
-            labels={
-                BUILD_HASH_LABEL: wanted,
-                "org.opencontainers.image.version": tag.split(":")[-1],
-            },
-            rm=True,
-            forcerm=True,
-            pull=False,
-        )
-    except docker.errors.BuildError as error:
-        log = "".join(
-            str(chunk.get("stream") or chunk.get("error") or "") for chunk in error.build_log
-        )
-        raise BrainhandsError(f"building {tag} failed: {error.msg}", log_tail=log[-2000:]) from None
-    image.tag(tag.rsplit(":", 1)[0], "latest")
-    return image

@@ -93,7 +93,8 @@ async def build_service_image(
             wheels, cached = root / "wheels", cache or _cache()
             await asyncio.to_thread(_wheelhouse, wheels, python, cached, client, say)
             say(f"{tag}: building from {RECIPE} (FROM {SERVICE_BASE})")
-            image = await asyncio.to_thread(_build, client, root, tag, wanted)
+            args = {"BASE": SERVICE_BASE}
+            image = await asyncio.to_thread(build_labelled, client, root, tag, wanted, args)
         say(f"{tag}: built in {time.monotonic() - started:.1f} s ({image.id})")
         return BuiltImage(tag, image.id, skipped=False)
     finally:
@@ -224,17 +225,20 @@ def _inspect(client: Any, tag: str) -> Any:
         return None
 
 
-def _build(client: Any, context: Path, tag: str, wanted: str) -> Any:
+def build_labelled(client: Any, context: Path, tag: str, wanted: str, base: dict[str, str]) -> Any:
+    """Build ``context`` as ``tag`` (and ``<repository>:latest``) labelled with its build
+    hash ``wanted``; ``base``: the recipe's build arguments naming what it is FROM. A
+    failed build is one error with the build log's tail."""
     import docker
 
     try:
         image, _ = client.images.build(
             path=str(context),
             tag=tag,
-            buildargs={"BASE": SERVICE_BASE, "BUILD_ID": image_build_id(wanted)},
+            buildargs={**base, "BUILD_ID": image_build_id(wanted)},
             labels={
                 BUILD_HASH_LABEL: wanted,
-                "org.opencontainers.image.version": tag.split(":")[1],
+                "org.opencontainers.image.version": tag.rsplit(":", 1)[-1],
             },
             rm=True,
             forcerm=True,
@@ -245,5 +249,5 @@ def _build(client: Any, context: Path, tag: str, wanted: str) -> Any:
             str(chunk.get("stream") or chunk.get("error") or "") for chunk in error.build_log
         )
         raise BrainhandsError(f"building {tag} failed: {error.msg}", log_tail=log[-2000:]) from None
-    image.tag(SERVICE_REPOSITORY, "latest")
+    image.tag(tag.rsplit(":", 1)[0], "latest")
     return image

@@ -19,19 +19,11 @@ from bh.plugin_image import build_plugin_image, plugin_sources, plugins_tag
 from bh.service_image import build_service_image, service_tag
 from hands.images import BUILD_HASH_LABEL, BuiltImage
 from tests.support.images import require_docker
+from tests.support.plugin_packages import tiny_package
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SERVICE_UID = 10001
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{name}"
-version = "0.1.0"
-"""
 
 
 def _in_thread(coroutine: Any) -> Any:
@@ -63,13 +55,6 @@ def name(engine: Any) -> Iterator[str]:
             engine.images.remove(tag, noprune=False)
 
 
-def _package(root: Path, module: str) -> Path:
-    (root / module).mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PYPROJECT.format(name=module))
-    (root / module / "__init__.py").write_text("def plugin() -> str:\n    return 'plugged in'\n")
-    return root
-
-
 def _build(sources: list[Path], name: str, said: list[str] | None = None) -> BuiltImage:
     say = (said if said is not None else []).append
     built = _in_thread(build_plugin_image(sources, name=name, say=say))
@@ -81,7 +66,7 @@ def test_the_users_package_imports_in_an_image_that_still_runs_as_the_service_us
     engine: Any, name: str, tmp_path: Path
 ) -> None:
     module = f"plug_{uuid.uuid4().hex[:8]}"
-    sources = plugin_sources([_package(tmp_path / "pkg", module)])
+    sources = plugin_sources([tiny_package(tmp_path / "pkg", module, "plugged in")])
     said: list[str] = []
     built = _build(sources, name, said)
     assert not built.skipped and built.tag == plugins_tag(name)

@@ -23,6 +23,18 @@ IMAGE = "greeter/letter-count:1"
 TASK = "root.r1"
 
 
+def greeted(name: str) -> dict[str, object]:
+    """What the ``greet`` task of session ``s1`` answers for ``name``."""
+    return {
+        "greeting": f"HELLO, {name.upper()}!",
+        "letters": sum(character.isalpha() for character in name),
+        "operations": {
+            "shout": operation_id("s1", TASK, "shout"),
+            "letter_count": operation_id("s1", TASK, "count"),
+        },
+    }
+
+
 async def load_greeter(
     k: Kernel,
     monkeypatch: pytest.MonkeyPatch,

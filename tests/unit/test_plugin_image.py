@@ -26,27 +26,11 @@ from bh.plugin_image import (
 )
 from contracts.errors import InvalidInput
 from hands.images import BuiltImage
-
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "tinyplug"
-version = "0.1.0"
-"""
-
-
-def _package(root: Path) -> Path:
-    (root / "tinyplug").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PYPROJECT)
-    (root / "tinyplug" / "__init__.py").write_text("def plugin() -> str:\n    return 'hi'\n")
-    return root
+from tests.support.plugin_packages import tiny_package
 
 
 def test_a_plugin_is_a_directory_with_a_pyproject(tmp_path: Path) -> None:
-    package = _package(tmp_path / "pkg")
+    package = tiny_package(tmp_path / "pkg")
     assert plugin_sources([package, tmp_path / "pkg" / ".." / "pkg"]) == [package]
     with pytest.raises(InvalidInput, match="not a directory"):
         plugin_sources([tmp_path / "absent"])
@@ -65,7 +49,7 @@ def test_the_image_name_is_a_repository_without_a_tag() -> None:
 
 
 def test_build_output_and_caches_are_not_sources(tmp_path: Path) -> None:
-    package = _package(tmp_path / "pkg")
+    package = tiny_package(tmp_path / "pkg")
     before = plugins_hash("sha256:service", [package])
     for litter in ("build/lib/x.py", "dist/x.whl", "tinyplug.egg-info/PKG-INFO", ".git/HEAD"):
         (package / litter).parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +66,7 @@ def test_build_output_and_caches_are_not_sources(tmp_path: Path) -> None:
 
 
 def test_the_hash_follows_the_service_image_the_sources_and_their_order(tmp_path: Path) -> None:
-    one, two = _package(tmp_path / "one"), _package(tmp_path / "two")
+    one, two = tiny_package(tmp_path / "one"), tiny_package(tmp_path / "two")
     wanted = plugins_hash("sha256:a", [one])
     assert wanted.startswith("sha256:") and wanted == plugins_hash("sha256:a", [one])
     assert plugins_hash("sha256:b", [one]) != wanted
@@ -94,7 +78,7 @@ def test_the_hash_follows_the_service_image_the_sources_and_their_order(tmp_path
 
 
 def test_the_hash_follows_the_recipe(tmp_path: Path) -> None:
-    package = _package(tmp_path / "pkg")
+    package = tiny_package(tmp_path / "pkg")
     recipe = tmp_path / "recipe"
     recipe.mkdir()
     (recipe / "Dockerfile").write_text("FROM x\n")
@@ -182,7 +166,7 @@ def test_a_package_whose_wheel_does_not_build_is_one_clear_line(tmp_path: Path) 
 def test_bad_plugin_arguments_exit_2_before_any_build(
     tmp_path: Path, args: list[str], said: str
 ) -> None:
-    package = _package(tmp_path / "pkg")
+    package = tiny_package(tmp_path / "pkg")
     paths = {"absent": tmp_path / "absent", "tmp": tmp_path, "package": package}
     filled = [arg.format(**paths) for arg in args]
     # an engine that is not there: any build would fail otherwise than invalid_input
@@ -195,7 +179,7 @@ def test_bad_plugin_arguments_exit_2_before_any_build(
 def test_plugin_implies_services_and_builds_from_the_service_image_it_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = _package(tmp_path / "pkg")
+    package = tiny_package(tmp_path / "pkg")
     calls: list[tuple[str, Any]] = []
 
     async def tools(*args: Any, **kwargs: Any) -> dict[str, BuiltImage]:
