@@ -7,10 +7,12 @@ finds the probe port of PID 1 from /proc.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -90,3 +92,44 @@ def test_the_healthcheck_finds_the_loopback_port_pid_1_listens_on(tmp_path: Path
     ]
     (proc / "1" / "net" / "tcp").write_text("\n".join([header, *rows]) + "\n")
     assert container_probe.own_ports(proc=proc) == [8081]
+
+
+def test_every_setting_of_compose_yaml_is_documented_and_every_host_port_is_one() -> None:
+    """Issue 36: a port on the host — published, or bound by a service in the host's
+    network namespace — is a setting (``${NAME:-default}``), never a number only an
+    override can change; each setting the file reads is in docs/deploy-compose.md's
+    table; and the header's usage runs one Hands (one per host: its probe port)."""
+    text = (COMPOSE / "compose.yaml").read_text()
+    assert fixed_host_ports(yaml.safe_load(text)) == []
+    documented = (COMPOSE.parents[1] / "docs" / "deploy-compose.md").read_text()
+    table = documented[documented.index("| setting | default | what |") :].split("\n\n")[0]
+    read = set(re.findall(r"\$\{([A-Z0-9_]+)", text))
+    assert read, "compose.yaml reads no setting"
+    assert {name for name in read if f"`{name}`" not in table} == set()
+    usage = [line for line in text.splitlines()[:20] if "up -d" in line]
+    assert usage and all("--scale hands=" not in line for line in usage), usage
+    assert "DOCKER_GID" not in text
+
+
+def test_the_host_port_check_names_a_fixed_one() -> None:
+    text = (COMPOSE / "compose.yaml").read_text()
+    fixed = text.replace("${BH_HANDS_PROBE_PORT:-8081}", "8081")
+    fixed = fixed.replace("${BH_SESSION_API_PUBLISH:-127.0.0.1:8460}", "127.0.0.1:8460")
+    assert fixed_host_ports(yaml.safe_load(fixed)) == [
+        "session-api publishes 127.0.0.1:8460:8460",
+        "hands: BH_PROBE_PORT=8081 on the host's network",
+    ]
+
+
+def fixed_host_ports(document: dict[str, Any]) -> list[str]:
+    """The host ports of a compose document that are numbers, not settings."""
+    found = []
+    for name, service in document["services"].items():
+        found += [f"{name} publishes {p}" for p in service.get("ports", []) if "${" not in p]
+        if service.get("network_mode") == "host":
+            environment = service.get("environment", {})
+            for variable in ("BH_PROBE_PORT", "BH_HANDS_API_PORT"):
+                value = str(environment.get(variable, "${}"))
+                if "${" not in value:
+                    found.append(f"{name}: {variable}={value} on the host's network")
+    return found
