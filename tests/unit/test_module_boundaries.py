@@ -131,3 +131,11 @@ def test_importing_every_other_module_loads_no_framework() -> None:
     assert int(count) > 500, done.stdout  # the walk imported the project
     assert loaded.strip() == "[]", loaded
 
+
+def test_the_framework_check_sees_an_adapter_import() -> None:
+    """The check itself can fail: importing the adapter loads its framework."""
+    probe = "import sys, adapters.langgraph; print('langgraph' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "True", done.stdout
