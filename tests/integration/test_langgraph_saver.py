@@ -12,15 +12,18 @@ extended, detected by override, and this saver claims none of them.
 from __future__ import annotations
 
 import json
+import operator
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
-from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 
 from adapters.langgraph import BrainhandsSaver, SessionJournal
 from adapters.langgraph.thread import DOCUMENT
@@ -312,3 +315,86 @@ async def test_a_graph_resumes_from_its_last_super_step_with_a_new_saver(
     assert result == {"log": ["first", "second"]} and ran == ["first", "second"]
     history = [s.metadata["step"] async for s in after.aget_state_history(run)]
     assert history == [2, 1, 0, -1]
+
+
+class Items(TypedDict):
+    xs: Annotated[list[str], operator.add]
+
+
+def interrupting_graph(saver: BaseCheckpointSaver[Any], ran: list[str]) -> Any:
+    """Two parallel nodes, then a subgraph (its own checkpoint namespace) whose second
+    node asks with ``interrupt()``."""
+
+    def node(name: str) -> Any:
+        def run(state: Items) -> dict[str, list[str]]:
+            ran.append(name)
+            return {"xs": [name]}
+
+        return run
+
+    def ask(state: Items) -> dict[str, list[str]]:
+        ran.append("ask")
+        return {"xs": [f"answer={interrupt({'question': 'send it?'})}"]}
+
+    inner = StateGraph(Items)
+    inner.add_node("inner", node("inner"))
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "inner")
+    inner.add_edge("inner", "ask")
+    inner.add_edge("ask", END)
+    outer = StateGraph(Items)
+    outer.add_node("a", node("a"))
+    outer.add_node("b", node("b"))
+    outer.add_node("sub", inner.compile())
+    for name in ("a", "b"):
+        outer.add_edge(START, name)
+        outer.add_edge(name, "sub")
+    outer.add_edge("sub", END)
+    return outer.compile(checkpointer=saver)
+
+
+async def interrupted_and_resumed(first: Any, second: Any) -> dict[str, Any]:
+    """Run until the interrupt with ``first``'s saver, answer it with ``second``'s."""
+    ran: list[str] = []
+    run = {"configurable": {"thread_id": new_thread()}}
+    asked = await interrupting_graph(first, ran).ainvoke(
+        {"xs": []}, run, durability="sync", version="v2"
+    )
+    graph = interrupting_graph(second, ran)
+    waiting = await graph.aget_state(run, subgraphs=True)
+    answer: Command[Any] = Command(resume={asked.interrupts[0].id: "yes"})
+    done = await graph.ainvoke(answer, run, durability="sync", version="v2")
+    return {
+        "asked": (asked.value, [i.value for i in asked.interrupts]),
+        "waiting": (waiting.next, [t.name for t in waiting.tasks], waiting.values),
+        "done": (done.value, done.interrupts),
+        "ran": ran,
+        "history": [
+            (s.metadata["step"], s.metadata["source"], s.next)
+            async for s in graph.aget_state_history(run)
+        ],
+    }
+
+
+async def test_an_interrupted_graph_with_a_subgraph_resumes_as_on_langgraphs_own_saver(
+    location: StoreLocation,
+) -> None:
+    """Parallel nodes, a subgraph namespace and an interrupt answered by another
+    process's saver: outputs, node runs and history are those of LangGraph's
+    ``InMemorySaver`` (the finished parallel nodes and the subgraph's first node do not
+    run again; the asking node re-runs on resume, as LangGraph defines)."""
+    memory = InMemorySaver()
+    expected = await interrupted_and_resumed(memory, memory)
+    assert expected["ran"] == ["a", "b", "inner", "ask", "ask"] or expected["ran"] == [
+        "b",
+        "a",
+        "inner",
+        "ask",
+        "ask",
+    ]
+    found = await interrupted_and_resumed(
+        saver_on(await location.open(), "brain-a"), saver_on(await location.open(), "brain-b")
+    )
+    assert sorted(found["ran"][:2]) == ["a", "b"] and found["ran"][2:] == expected["ran"][2:]
+    found["ran"] = expected["ran"] = None
+    assert found == expected
