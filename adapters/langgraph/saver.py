@@ -349,10 +349,8 @@ class BrainhandsSaver(BaseCheckpointSaver[str]):
         if checkpoint_id in tips:
             return await self._records.load(tips[checkpoint_id]), tips[checkpoint_id]
         async for record in walk(self._records, tips.values()):
-            if record.parent_id is not None and record.parent_ref is not None:
-                parent = await self._records.load(record.parent_ref)
-                if parent.id == checkpoint_id:
-                    return parent, record.parent_ref
+            if record.parent_id == checkpoint_id and record.parent_ref is not None:
+                return await self._records.load(record.parent_ref), record.parent_ref
         return None
 
     async def _channels(
