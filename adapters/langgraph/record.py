@@ -97,7 +97,13 @@ def decode_record(data: bytes, ref: BlobRef, serde: SerializerProtocol) -> Recor
             f"blob {ref.digest} is not a LangGraph checkpoint record ({ref.media_type})",
             digest=ref.digest,
         )
-    body = serde.loads_typed((ref.media_type.removeprefix(prefix), data))
+    try:
+        body = serde.loads_typed((ref.media_type.removeprefix(prefix), data))
+    except Exception as error:  # the serializer's own errors (msgpack, json, crypto)
+        raise CorruptRecord(
+            f"blob {ref.digest} does not decode as a checkpoint record: {error}",
+            digest=ref.digest,
+        ) from error
     if not isinstance(body, dict) or body.get("v") != 1:
         raise CorruptRecord(
             f"blob {ref.digest} holds no checkpoint record of version 1", digest=ref.digest
