@@ -171,7 +171,7 @@ async def _cut_from_nats(deployment: Deployment, scheduler: Any) -> None:
         await asyncio.sleep(1)
     else:
         _in_namespace(pid, "-D", "OUTPUT", *rule)
-        pytest.fail(f"{scheduler.name}: cut from NATS, still not restarted after {deadline} s")
+        pytest.fail(f"{scheduler.name}: cut from NATS, not restarted within {UNREADY_LIMIT + 90} s")
     log = (await asyncio.to_thread(scheduler.logs)).decode(errors="replace")
     assert "so that a fresh process takes over" in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]  # it stopped and exited 3, not crashed
