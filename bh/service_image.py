@@ -102,20 +102,32 @@ async def build_service_image(
 
 
 def _inputs(checkout: Path) -> list[Path]:
+    """What the image's wheel is made of: the packages setuptools finds (its ``include``
+    less its ``exclude``: ``examples/own-agent`` is a project of its own, and editing it
+    must not rebuild the service image)."""
     found = [checkout / "pyproject.toml", checkout / "README.md", RECIPE / "Dockerfile"]
-    for package in _packages(checkout):
+    included, excluded = _packages(checkout)
+    for package in included:
         found += [
             path
             for path in (checkout / package).rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+            if path.is_file()
+            and "__pycache__" not in path.parts
+            and path.suffix != ".pyc"
+            and not any(path.is_relative_to(checkout / folder) for folder in excluded)
         ]
     return found
 
 
-def _packages(checkout: Path) -> list[str]:
+def _packages(checkout: Path) -> tuple[list[str], list[str]]:
+    """The folders of setuptools' ``include`` and of its ``exclude`` patterns."""
     document = tomllib.loads((checkout / "pyproject.toml").read_text())
-    patterns = document["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted({pattern.rstrip("*") for pattern in patterns})
+    find = document["tool"]["setuptools"]["packages"]["find"]
+
+    def folders(key: str) -> list[str]:
+        return sorted({p.rstrip("*").rstrip(".").replace(".", "/") for p in find.get(key, [])})
+
+    return folders("include"), folders("exclude")
 
 
 def _cache() -> Path:
